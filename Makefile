@@ -1,0 +1,43 @@
+# Snapshot: the two commands a newcomer needs are `make demo` and `make test`;
+# both run `make setup` first (idempotent: system packages, then the virtualenv).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup system venv test demo bench lint fmt clean
+
+setup: system venv
+
+system:
+	@bash scripts/setup-system.sh
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/link-pycriu.sh
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,gpu]'
+	bash scripts/link-pycriu.sh $(VENV)
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest
+
+demo: setup
+	$(PY) -m examples.cpu_demo
+
+bench: setup
+	$(PY) -m bench.cpu
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt: venv
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

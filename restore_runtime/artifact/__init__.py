@@ -1,0 +1,1 @@
+"""The artifact on disk: packing (staging + atomic rename), hashing, signing, verification."""

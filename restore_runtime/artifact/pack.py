@@ -1,0 +1,128 @@
+"""Writing an artifact: everything goes into a staging directory beside the destination and is
+renamed into place only once complete, so a half-written artifact is never visible under the
+destination name."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import hashlib
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from ..contracts.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
+from ..errors import ArtifactExists, SnapshotError
+from . import signing
+from .hashing import ProgressFn, Slice, default_workers, hash_slices, slices
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def rename_noreplace(src: Path, dst: Path) -> None:
+    """rename(2) that fails instead of replacing: a plain rename silently replaces an empty
+    directory that appeared at the destination meanwhile."""
+    if _libc.renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE):
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise ArtifactExists(str(dst))
+        raise OSError(err, os.strerror(err), str(dst))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Staging:
+    """A staging directory for one artifact. Use as a context manager: leaving it by an
+    exception removes everything it wrote."""
+
+    def __init__(self, output: Path):
+        self.output = output.absolute()
+        if self.output.exists():
+            raise ArtifactExists(str(self.output))
+        if not self.output.parent.is_dir():
+            raise SnapshotError(f"output directory {self.output.parent} does not exist")
+        self.dir = self.output.parent / f".{self.output.name}.staging-{uuid.uuid4().hex[:12]}"
+        self.dir.mkdir(mode=0o700)
+        self.committed = False
+
+    def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self.committed:
+            self.abort()
+
+    def abort(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def commit(self) -> Path:
+        self.dir.chmod(0o755)
+        rename_noreplace(self.dir, self.output)
+        _fsync_dir(self.output.parent)
+        self.committed = True
+        return self.output
+
+
+def list_files(root: Path) -> list[Path]:
+    """Every regular file under root except the manifest and its signature, sorted."""
+    out = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            p = Path(dirpath, name)
+            rel = p.relative_to(root)
+            if str(rel) in (MANIFEST_NAME, SIGNATURE_NAME):
+                continue
+            if p.is_symlink() or not p.is_file():
+                raise SnapshotError(f"refusing to pack {rel}: not a regular file")
+            out.append(p)
+    return sorted(out)
+
+
+def describe_files(
+    root: Path, chunk_size: int, workers: int | None = None, progress: ProgressFn | None = None
+) -> list[FileEntry]:
+    """Size, whole-file sha256 and per-chunk sha256 of every file, all hashed in parallel."""
+    paths = list_files(root)
+    sizes = {p: p.stat().st_size for p in paths}
+    whole = [Slice(p, -1, 0, sizes[p]) for p in paths]
+    parts = [s for p in paths for s in slices(p, sizes[p], chunk_size)]
+    digests = hash_slices(whole + parts, workers or default_workers(), progress)
+    entries = []
+    for p in paths:
+        n = len(slices(p, sizes[p], chunk_size))
+        entries.append(
+            FileEntry(
+                path=p.relative_to(root).as_posix(),
+                size=sizes[p],
+                sha256=digests[(p, -1)],
+                chunks=[digests[(p, i)] for i in range(n)],
+            )
+        )
+    return entries
+
+
+def write_manifest(root: Path, manifest: Manifest, sign_key: Ed25519PrivateKey | None) -> str:
+    """Write manifest.json (and manifest.sig); return the manifest digest ``sha256:<hex>``."""
+    data = manifest.to_json()
+    _write_synced(root / MANIFEST_NAME, data)
+    if sign_key is not None:
+        _write_synced(root / SIGNATURE_NAME, signing.sign(data, sign_key))
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())

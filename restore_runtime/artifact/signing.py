@@ -1,0 +1,64 @@
+"""Ed25519 signatures over the exact bytes of manifest.json (PEM keys, via cryptography)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from ..errors import SnapshotError
+
+
+class KeyError_(SnapshotError):
+    """A key file is missing, unreadable or not an Ed25519 key."""
+
+
+def generate_keypair(private_path: Path, public_path: Path) -> None:
+    key = Ed25519PrivateKey.generate()
+    private_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    private_path.chmod(0o600)
+    public_path.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+def load_private_key(path: Path) -> Ed25519PrivateKey:
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as e:
+        raise KeyError_(f"cannot load signing key {path}: {e}") from e
+    if not isinstance(key, Ed25519PrivateKey):
+        raise KeyError_(f"signing key {path} is not an Ed25519 private key")
+    return key
+
+
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    try:
+        key = serialization.load_pem_public_key(path.read_bytes())
+    except (OSError, ValueError, TypeError) as e:
+        raise KeyError_(f"cannot load verification key {path}: {e}") from e
+    if not isinstance(key, Ed25519PublicKey):
+        raise KeyError_(f"verification key {path} is not an Ed25519 public key")
+    return key
+
+
+def sign(manifest_bytes: bytes, key: Ed25519PrivateKey) -> bytes:
+    return key.sign(manifest_bytes)
+
+
+def signature_valid(manifest_bytes: bytes, signature: bytes, key: Ed25519PublicKey) -> bool:
+    try:
+        key.verify(signature, manifest_bytes)
+    except InvalidSignature:
+        return False
+    return True

@@ -1,0 +1,154 @@
+"""Verification of an artifact before anything from it runs.
+
+It reports every problem, not just the first: a missing, extra, truncated or modified file, a
+path that escapes the artifact, an unreadable manifest, a missing or bad signature.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path, PurePosixPath
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import ValidationError
+
+from ..contracts.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
+from ..errors import Problem, VerificationError
+from . import signing
+from .hashing import ProgressFn, Slice, hash_slices, slices
+
+
+def manifest_digest(artifact: Path) -> str:
+    return "sha256:" + hashlib.sha256((artifact / MANIFEST_NAME).read_bytes()).hexdigest()
+
+
+def load_manifest(artifact: Path) -> Manifest:
+    """Parse the manifest only (no digests): for ``inspect`` and for reading compat data."""
+    try:
+        return Manifest.from_json((artifact / MANIFEST_NAME).read_bytes())
+    except FileNotFoundError as e:
+        raise VerificationError([Problem(MANIFEST_NAME, "missing", "no manifest.json")]) from e
+    except ValidationError as e:
+        raise VerificationError([Problem(MANIFEST_NAME, "manifest", _first_error(e))]) from e
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err.get("loc", ())) or "(root)"
+    return f"invalid manifest at {loc}: {err.get('msg')}"
+
+
+def unsafe_path(rel: str) -> str | None:
+    """Why a manifest path cannot be trusted, or None. Paths are relative POSIX paths that
+    stay inside the artifact."""
+    if not rel or "\\" in rel or "\x00" in rel:
+        return "empty or contains a backslash or NUL"
+    p = PurePosixPath(rel)
+    if p.is_absolute():
+        return "absolute path"
+    if any(part in ("..", ".", "") for part in rel.split("/")):
+        return "contains '..' or '.' components"
+    if rel in (MANIFEST_NAME, SIGNATURE_NAME):
+        return "names the manifest itself"
+    return None
+
+
+def verify(
+    artifact: Path,
+    public_key: Ed25519PublicKey | None = None,
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
+) -> tuple[Manifest | None, list[Problem]]:
+    artifact = artifact.absolute()
+    raw_path = artifact / MANIFEST_NAME
+    if not artifact.is_dir():
+        return None, [Problem(str(artifact), "missing", "artifact directory does not exist")]
+    try:
+        raw = raw_path.read_bytes()
+    except FileNotFoundError:
+        return None, [Problem(MANIFEST_NAME, "missing", "no manifest.json")]
+    problems: list[Problem] = []
+    if public_key is not None:
+        try:
+            sig = (artifact / SIGNATURE_NAME).read_bytes()
+        except FileNotFoundError:
+            problems.append(Problem(SIGNATURE_NAME, "signature", "missing, but a key is set"))
+        else:
+            if not signing.signature_valid(raw, sig, public_key):
+                problems.append(
+                    Problem(SIGNATURE_NAME, "signature", "does not match manifest.json")
+                )
+    try:
+        manifest = Manifest.from_json(raw)
+    except ValidationError as e:
+        return None, [*problems, Problem(MANIFEST_NAME, "manifest", _first_error(e))]
+
+    real_root = os.path.realpath(artifact)
+    listed: set[str] = set()
+    to_hash: list[tuple[FileEntry, list[Slice]]] = []
+    for entry in manifest.files:
+        why = unsafe_path(entry.path)
+        if why:
+            problems.append(Problem(entry.path, "unsafe-path", why))
+            continue
+        if entry.path in listed:
+            problems.append(Problem(entry.path, "manifest", "listed twice"))
+            continue
+        listed.add(entry.path)
+        path = artifact / entry.path
+        if not os.path.lexists(path):
+            problems.append(Problem(entry.path, "missing", "listed in the manifest, not on disk"))
+            continue
+        real = os.path.realpath(path)
+        if path.is_symlink() or os.path.commonpath([real_root, real]) != real_root:
+            problems.append(
+                Problem(entry.path, "unsafe-path", "is a symlink or leaves the artifact")
+            )
+            continue
+        if not path.is_file():
+            problems.append(Problem(entry.path, "unsafe-path", "not a regular file"))
+            continue
+        size = path.stat().st_size
+        if size < entry.size:
+            problems.append(
+                Problem(entry.path, "truncated", f"{size} bytes, expected {entry.size}")
+            )
+            continue
+        if size > entry.size:
+            problems.append(Problem(entry.path, "modified", f"{size} bytes, expected {entry.size}"))
+            continue
+        parts = slices(path, entry.size, manifest.chunk_size)
+        expected_chunks = len(parts) if parts else 0
+        if len(entry.chunks) != expected_chunks:
+            problems.append(Problem(entry.path, "manifest", "chunk digests do not match its size"))
+            continue
+        to_hash.append((entry, parts or [Slice(path, -1, 0, entry.size)]))
+
+    digests = hash_slices([s for _, ss in to_hash for s in ss], workers, progress)
+    for entry, ss in to_hash:
+        expected = entry.chunks if entry.chunks else [entry.sha256]
+        got = [digests[(s.path, s.index)] for s in ss]
+        bad = [i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b]
+        if bad:
+            where = "content" if not entry.chunks else f"chunk(s) {bad[:5]}"
+            problems.append(Problem(entry.path, "modified", f"sha256 mismatch in {where}"))
+
+    for dirpath, dirs, files in os.walk(artifact):
+        for name in files + [d for d in dirs if Path(dirpath, d).is_symlink()]:
+            rel = Path(dirpath, name).relative_to(artifact).as_posix()
+            if rel not in listed and rel not in (MANIFEST_NAME, SIGNATURE_NAME):
+                problems.append(Problem(rel, "extra", "on disk, not in the manifest"))
+    return manifest, problems
+
+
+def verify_or_raise(
+    artifact: Path,
+    public_key: Ed25519PublicKey | None = None,
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
+) -> Manifest:
+    manifest, problems = verify(artifact, public_key, workers, progress)
+    if problems or manifest is None:
+        raise VerificationError(problems)
+    return manifest

@@ -1,0 +1,206 @@
+"""``snapshotctl``: checkpoint, restore, verify and inspect artifacts from a shell.
+
+Exit status: 0 success, 1 the operation failed (the message says why), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from .artifact import signing
+from .artifact.verify import load_manifest, manifest_digest, verify
+from .errors import SnapshotError
+from .executor import CheckpointRequest, RestoreRequest, checkpoint, restore
+from .progress import Progress, human
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="snapshotctl", description=__doc__.splitlines()[0])
+    p.add_argument("-v", "--verbose", action="store_true", help="log every phase to stderr")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    c = sub.add_parser("checkpoint", help="checkpoint a process tree into an artifact")
+    c.add_argument("--pid", type=int, required=True, help="root of the tree (its PID 1)")
+    c.add_argument("--output", type=Path, required=True, help="artifact directory to create")
+    c.add_argument("--leave-running", action="store_true", help="source continues after dump")
+    c.add_argument("--sign-key", type=Path, help="Ed25519 private key (PEM) to sign with")
+    c.add_argument("--control-dir", type=Path, help="run the workload handshake here first")
+    c.add_argument("--handshake-timeout", type=float, default=300.0, metavar="S")
+    c.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    r = sub.add_parser("restore", help="verify an artifact and restore it")
+    r.add_argument("artifact", type=Path)
+    r.add_argument("--pidfile", type=Path, help="write the restored root's host PID here")
+    r.add_argument("--verify-key", type=Path, help="Ed25519 public key (PEM); requires a sig")
+    r.add_argument("--control-dir", type=Path, help="write restore-complete here")
+    r.add_argument("--netns", help="network namespace (name or path) to restore into")
+    r.add_argument("--skip-compat", action="store_true", help="skip the compatibility gates")
+    r.add_argument("--json", action="store_true", help="print the restore report as JSON")
+
+    v = sub.add_parser("verify", help="check an artifact's digests and signature")
+    v.add_argument("artifact", type=Path)
+    v.add_argument("--verify-key", type=Path)
+    v.add_argument("--json", action="store_true")
+
+    i = sub.add_parser("inspect", help="summarise an artifact's manifest")
+    i.add_argument("artifact", type=Path)
+    i.add_argument("--json", action="store_true")
+
+    k = sub.add_parser("keygen", help="create an Ed25519 key pair for signing artifacts")
+    k.add_argument("--private", type=Path, required=True)
+    k.add_argument("--public", type=Path, required=True)
+
+    run = sub.add_parser(
+        "run", help="start a command in its own PID+mount namespace, ready to checkpoint"
+    )
+    run.add_argument("--log", type=Path, required=True, help="file for its stdout/stderr")
+    run.add_argument("--netns", help="network namespace (name or path) to start it in")
+    run.add_argument("--control-dir", type=Path, help="exported as SNAPSHOT_CONTROL_DIR")
+    run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    return p
+
+
+def _emit(args: argparse.Namespace, data: dict, text: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if args.json else text)
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    key = signing.load_private_key(args.sign_key) if args.sign_key else None
+    res = checkpoint(
+        CheckpointRequest(
+            pid=args.pid,
+            output=args.output,
+            leave_running=args.leave_running,
+            sign_key=key,
+            control_dir=args.control_dir,
+            handshake_timeout_s=args.handshake_timeout,
+        ),
+        Progress(enabled=None if not args.json else False),
+    )
+    m = res.manifest
+    _emit(
+        args,
+        {"artifact": str(res.path), "manifestDigest": res.digest, "sizeBytes": m.size_bytes,
+         "cuda": m.uses_cuda, "timings": m.timings},
+        f"checkpointed PID {args.pid} -> {res.path} ({human(m.size_bytes)}, "
+        f"{m.timings['total']:.2f}s: {_phases(m.timings)})",
+    )  # fmt: skip
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    key = signing.load_public_key(args.verify_key) if args.verify_key else None
+    report = restore(
+        RestoreRequest(
+            artifact=args.artifact,
+            pidfile=args.pidfile,
+            verify_key=key,
+            control_dir=args.control_dir,
+            netns=args.netns,
+            skip_compat=args.skip_compat,
+        ),
+        Progress(enabled=None if not args.json else False),
+    )
+    _emit(
+        args,
+        json.loads(report.to_json()),
+        f"restored {args.artifact} as PID {report.pid} in {report.timings['total']:.2f}s "
+        f"({_phases(report.timings)})",
+    )
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    key = signing.load_public_key(args.verify_key) if args.verify_key else None
+    _, problems = verify(args.artifact, key)
+    if args.json:
+        print(json.dumps({"ok": not problems, "problems": [p.__dict__ for p in problems]}))
+    elif problems:
+        for p in problems:
+            print(p)
+    else:
+        print("OK")
+    return 1 if problems else 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    m = load_manifest(args.artifact)
+    if args.json:
+        data = json.loads(m.to_json())
+        data["manifestDigest"] = manifest_digest(args.artifact)
+        data["sizeBytes"] = m.size_bytes
+        print(json.dumps(data, indent=2))
+        return 0
+    c = m.compat
+    gpus = ", ".join(f"{g.product} {g.uuid}" for g in c.gpus) or "none (CPU only)"
+    print(f"artifact     {args.artifact}")
+    print(f"format       {m.format}, created {m.created_at.isoformat()}")
+    print(f"digest       {manifest_digest(args.artifact)}")
+    print(f"source       PID {m.source.pid} on {m.source.hostname}: {' '.join(m.source.command)}")
+    if m.source.pod:
+        print(f"pod          {m.source.namespace}/{m.source.pod} container {m.source.container}")
+    print(f"compat       {c.arch}, kernel {c.kernel}, CRIU {c.criu_version}")
+    print(f"gpus         {gpus}")
+    if c.driver_version:
+        print(f"driver       {c.driver_version} (CUDA {c.cuda_driver_version})")
+    print(f"network      pod IPs {m.network.pod_ips or '-'}")
+    print(f"size         {human(m.size_bytes)} in {len(m.files)} files")
+    print(f"timings      {m.timings.get('total', 0):.2f}s: {_phases(m.timings)}")
+    return 0
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    signing.generate_keypair(args.private, args.public)
+    print(f"wrote {args.private} (keep secret) and {args.public}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from . import sandbox
+
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    env = {}
+    if args.control_dir:
+        args.control_dir.mkdir(parents=True, exist_ok=True)
+        env["SNAPSHOT_CONTROL_DIR"] = str(args.control_dir.absolute())
+    pid = sandbox.start(argv, args.log, netns=args.netns, env=env)
+    print(pid)
+    return 0
+
+
+def _phases(t: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}s" for k, v in t.items() if k not in ("total",))
+
+
+COMMANDS = {
+    "checkpoint": cmd_checkpoint,
+    "restore": cmd_restore,
+    "verify": cmd_verify,
+    "inspect": cmd_inspect,
+    "keygen": cmd_keygen,
+    "run": cmd_run,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return COMMANDS[args.cmd](args)
+    except SnapshotError as e:
+        print(f"snapshotctl {args.cmd}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"snapshotctl {args.cmd}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Compatibility gates: can this host restore that artifact?
+
+``check`` is a pure function over the manifest's compat block and a ``HostInfo``; it returns
+every reason (field, expected, found) rather than stopping at the first. The restore path and
+the admission webhook both use it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass, field
+
+from .contracts.manifest import Compat, GpuInfo
+from .criu.runner import criu_version, version_tuple
+from .errors import CompatReason
+
+
+@dataclass
+class HostInfo:
+    arch: str
+    kernel: str
+    criu_version: str
+    driver_version: str | None = None
+    cuda_driver_version: int | None = None
+    gpus: list[GpuInfo] = field(default_factory=list)
+    image_digest: str | None = None
+
+
+def kernel_series(release: str) -> tuple[int, ...]:
+    return version_tuple(release)[:2]
+
+
+def host_info(with_gpus: bool, image_digest: str | None = None) -> HostInfo:
+    """Describe this host; the CUDA driver is only touched when ``with_gpus``."""
+    info = HostInfo(
+        arch=platform.machine(),
+        kernel=os.uname().release,
+        criu_version=criu_version(),
+        image_digest=image_digest,
+    )
+    if with_gpus:
+        from .cuda.driver import CudaDriver, driver_version
+
+        drv = CudaDriver()
+        info.driver_version = driver_version()
+        info.cuda_driver_version = drv.cuda_version()
+        info.gpus = drv.gpus()
+    return info
+
+
+def gpu_assignment(wanted: list[GpuInfo], have: list[GpuInfo]) -> list[GpuInfo | None]:
+    """For each source GPU, the host GPU that takes its place: the same UUID if present,
+    otherwise the first unused GPU of the same product; None where there is none."""
+    free = list(have)
+    out: list[GpuInfo | None] = []
+    for g in wanted:
+        match = next((h for h in free if h.uuid == g.uuid), None) or next(
+            (h for h in free if h.product == g.product), None
+        )
+        if match is not None:
+            free.remove(match)
+        out.append(match)
+    return out
+
+
+def gpu_pairs(compat: Compat, host: HostInfo) -> list[tuple[str, str]]:
+    return [
+        (g.uuid, h.uuid)
+        for g, h in zip(compat.gpus, gpu_assignment(compat.gpus, host.gpus), strict=True)
+        if h is not None
+    ]
+
+
+def check(compat: Compat, host: HostInfo) -> list[CompatReason]:
+    reasons: list[CompatReason] = []
+
+    def need(fieldname: str, expected: object, found: object) -> None:
+        reasons.append(CompatReason(fieldname, str(expected), str(found)))
+
+    if compat.arch != host.arch:
+        need("arch", compat.arch, host.arch)
+    if kernel_series(compat.kernel) != kernel_series(host.kernel):
+        # CRIU images carry kernel-specific state (vDSO layout, socket options); restore is
+        # only supported within one kernel series.
+        need("kernel", f"{'.'.join(map(str, kernel_series(compat.kernel)))}.x", host.kernel)
+    if version_tuple(host.criu_version)[:2] < version_tuple(compat.criu_version)[:2]:
+        need("criuVersion", f">= {compat.criu_version}", host.criu_version)
+    if compat.image_digest and host.image_digest and compat.image_digest != host.image_digest:
+        need("imageDigest", compat.image_digest, host.image_digest)
+    if not compat.gpus:
+        return reasons
+    # The CUDA checkpoint format is private to the driver: restore needs the same one.
+    if compat.driver_version != host.driver_version:
+        need("driverVersion", compat.driver_version, host.driver_version)
+    if compat.cuda_driver_version != host.cuda_driver_version:
+        need("cudaDriverVersion", compat.cuda_driver_version, host.cuda_driver_version)
+    if len(host.gpus) < len(compat.gpus):
+        need("gpus.count", f">= {len(compat.gpus)}", len(host.gpus))
+    else:
+        for i, (g, h) in enumerate(
+            zip(compat.gpus, gpu_assignment(compat.gpus, host.gpus), strict=True)
+        ):
+            if h is None:
+                need(f"gpus[{i}].product", g.product, sorted({x.product for x in host.gpus}))
+    return reasons

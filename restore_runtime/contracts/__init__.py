@@ -1,0 +1,1 @@
+"""Contracts shared by every component: defined once here, imported everywhere else."""

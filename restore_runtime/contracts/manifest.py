@@ -1,0 +1,104 @@
+"""The artifact manifest (``manifest.json``), format ``snapshot.artifact/v1``.
+
+An artifact directory holds ``manifest.json``, optionally ``manifest.sig`` (Ed25519 over the
+exact bytes of manifest.json), ``criu/`` (CRIU images) and, for containers,
+``rootfs-diff.tar``. Every file other than the manifest and its signature is listed in
+``files`` with its size and digests.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FORMAT = "snapshot.artifact/v1"
+MANIFEST_NAME = "manifest.json"
+SIGNATURE_NAME = "manifest.sig"
+CRIU_DIR = "criu"
+ROOTFS_DIFF_NAME = "rootfs-diff.tar"
+#: Large files are hashed in chunks of this size so verification runs on every core.
+CHUNK_SIZE = 64 * 1024 * 1024
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class GpuInfo(_Model):
+    uuid: str
+    product: str
+    memory_mib: int = Field(alias="memoryMiB")
+
+
+class Compat(_Model):
+    """What a host must match to restore this artifact (see ``restore_runtime.compat``)."""
+
+    arch: str
+    kernel: str
+    criu_version: str = Field(alias="criuVersion")
+    driver_version: str | None = Field(default=None, alias="driverVersion")
+    cuda_driver_version: int | None = Field(default=None, alias="cudaDriverVersion")
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    image_digest: str | None = Field(default=None, alias="imageDigest")
+
+
+class Source(_Model):
+    pid: int
+    hostname: str
+    command: list[str] = Field(default_factory=list)
+    pod: str | None = None
+    namespace: str | None = None
+    container: str | None = None
+    node: str | None = None
+
+
+class Network(_Model):
+    pod_ips: list[str] = Field(default_factory=list, alias="podIPs")
+    hostname: str | None = None
+    #: the source had its own network namespace, dumped as external (restored into another)
+    external_netns: bool = Field(default=False, alias="externalNetns")
+
+
+class Cuda(_Model):
+    """Which processes of the tree held CUDA state, by their PID inside the dumped PID
+    namespace: those PIDs survive restore, host PIDs do not."""
+
+    ns_pids: list[int] = Field(default_factory=list, alias="nsPids")
+
+
+class FileEntry(_Model):
+    path: str
+    size: int
+    sha256: str
+    #: sha256 of each CHUNK_SIZE slice; present for files larger than one chunk
+    chunks: list[str] = Field(default_factory=list)
+
+
+class Manifest(_Model):
+    format: Literal["snapshot.artifact/v1"] = FORMAT
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC), alias="createdAt")
+    source: Source
+    compat: Compat
+    network: Network = Field(default_factory=Network)
+    cuda: Cuda = Field(default_factory=Cuda)
+    chunk_size: int = Field(default=CHUNK_SIZE, alias="chunkSize")
+    files: list[FileEntry]
+    #: seconds per checkpoint phase (setup, quiesce, cuda, criu, pack, total, unaccounted)
+    timings: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def uses_cuda(self) -> bool:
+        return bool(self.cuda.ns_pids)
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json(by_alias=True, indent=2).encode() + b"\n"
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Manifest:
+        return cls.model_validate_json(data)

@@ -1,0 +1,100 @@
+"""Rewriting CRIU images with pycriu (Debian's python3-pycriu), never a hand-written parser.
+
+Network rebinding: a replica restores at a new pod IP, so every inet socket bound to (or
+connected from) the old pod IP is rewritten to the new one before ``criu restore``. Listening
+sockets then come back on the new address; established connections are closed by
+``--tcp-close`` anyway.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import struct
+from pathlib import Path
+
+from ..errors import SnapshotError
+
+AF_INET, AF_INET6 = socket.AF_INET, socket.AF_INET6
+FILES_IMG = "files.img"
+
+
+def _pycriu_images():
+    try:
+        from pycriu import images
+    except ImportError as e:  # pragma: no cover - depends on the system package
+        raise SnapshotError(
+            "pycriu is not importable: install Debian's python3-pycriu (make setup)"
+        ) from e
+    return images
+
+
+def encode_addr(ip: str) -> list[int]:
+    """An address as CRIU stores it: network-order bytes read as host (little-endian) u32s."""
+    addr = ipaddress.ip_address(ip)
+    if addr.version == 4:
+        return list(struct.unpack("<I", addr.packed))
+    return list(struct.unpack("<4I", addr.packed))
+
+
+def decode_addr(words: list[int], family: int) -> str:
+    if family == AF_INET:
+        return str(ipaddress.IPv4Address(struct.pack("<I", *words[:1])))
+    return str(ipaddress.IPv6Address(struct.pack("<4I", *words[:4])))
+
+
+def load_files(images_dir: Path) -> dict:
+    images = _pycriu_images()
+    with open(images_dir / FILES_IMG, "rb") as f:
+        return images.load(f)
+
+
+def inet_sockets(images_dir: Path) -> list[dict]:
+    """The inet sockets of a dump, decoded: family, state, src/dst address and port."""
+    out = []
+    for e in load_files(images_dir)["entries"]:
+        isk = e.get("isk")
+        if not isk or isk.get("family") not in (AF_INET, AF_INET6):
+            continue
+        fam = isk["family"]
+        out.append(
+            {
+                "family": fam,
+                "state": isk.get("state"),
+                "src": decode_addr(isk.get("src_addr", [0]), fam),
+                "src_port": isk.get("src_port"),
+                "dst": decode_addr(isk.get("dst_addr", [0]), fam),
+                "dst_port": isk.get("dst_port"),
+            }
+        )
+    return out
+
+
+def rebind(images_dir: Path, out_dir: Path, mapping: dict[str, str]) -> int:
+    """Write ``out_dir/files.img`` with every socket address in ``mapping`` (old -> new IP)
+    rewritten; return how many addresses changed. The source images are not modified."""
+    images = _pycriu_images()
+    enc: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    for old, new in mapping.items():
+        o, n = ipaddress.ip_address(old), ipaddress.ip_address(new)
+        if o.version != n.version:
+            raise SnapshotError(f"cannot rebind {old} to {new}: address families differ")
+        fam = AF_INET if o.version == 4 else AF_INET6
+        enc[(fam, tuple(encode_addr(old)))] = encode_addr(new)
+    data = load_files(images_dir)
+    changed = 0
+    for e in data["entries"]:
+        isk = e.get("isk")
+        if not isk:
+            continue
+        for key in ("src_addr", "dst_addr"):
+            new = enc.get((isk.get("family"), tuple(isk.get(key, []))))
+            if new is not None:
+                isk[key] = new
+                changed += 1
+    tmp = out_dir / f".{FILES_IMG}.tmp"
+    with open(tmp, "wb") as f:
+        images.dump(data, f)
+    os.replace(tmp, out_dir / FILES_IMG)
+    return changed

@@ -1,0 +1,78 @@
+"""The only module that runs the ``criu`` binary."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+from ..errors import CriuError, SnapshotError
+
+CRIU_ENV = "SNAPSHOT_CRIU"
+MIN_VERSION = (4, 2)
+# CRIU logs a few "Error" lines that do not fail the operation (for example it cannot raise
+# RLIMIT_NOFILE in a VM without CAP_SYS_RESOURCE); keep them out of the reported reason.
+_BENIGN = (re.compile(r"rlimit: Can't setup RLIMIT_NOFILE"),)
+_ERROR_LINE = re.compile(r"\b(Error|BUG)\b")
+
+
+def criu_binary() -> str:
+    path = os.environ.get(CRIU_ENV) or shutil.which("criu")
+    if not path:
+        raise SnapshotError("criu not found: install CRIU >= 4.2 (make setup) or set SNAPSHOT_CRIU")
+    return path
+
+
+@cache
+def criu_version() -> str:
+    out = subprocess.run(
+        [criu_binary(), "--version"], capture_output=True, text=True, check=False
+    ).stdout
+    m = re.search(r"Version:\s*(\S+)", out)
+    if not m:
+        raise SnapshotError(f"cannot read the CRIU version from: {out!r}")
+    return m.group(1)
+
+
+def version_tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+def require_version() -> str:
+    v = criu_version()
+    if version_tuple(v)[:2] < MIN_VERSION:
+        raise SnapshotError(
+            f"CRIU {v} is too old: {'.'.join(map(str, MIN_VERSION))} or newer is required "
+            "(older versions cannot dump TCP sockets or fail on current kernels)"
+        )
+    return v
+
+
+def error_lines(log: str, limit: int = 20) -> list[str]:
+    lines = [
+        ln.strip()
+        for ln in log.splitlines()
+        if _ERROR_LINE.search(ln) and not any(b.search(ln) for b in _BENIGN)
+    ]
+    return lines[-limit:]
+
+
+def run(args: list[str], log_path: Path, pass_fds: tuple[int, ...] = ()) -> None:
+    """Run ``criu ARGS``; on failure raise CriuError with the log's error lines."""
+    proc = subprocess.run(
+        [criu_binary(), *args],
+        capture_output=True,
+        text=True,
+        pass_fds=pass_fds,
+        check=False,
+    )
+    if proc.returncode != 0:
+        try:
+            log = log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            log = ""
+        lines = error_lines(log) or error_lines(proc.stderr) or proc.stderr.strip().splitlines()
+        raise CriuError(args[0], proc.returncode, lines[-20:], str(log_path))

@@ -1,0 +1,153 @@
+"""The only module that calls the CUDA driver (``cuda.bindings.driver`` from cuda-python).
+
+It exposes the checkpoint API (lock, checkpoint, restore with GPU UUID remapping, unlock,
+state) and the GPU inventory, nothing else. The CUDA checkpoint calls act on another process
+by PID; the caller only needs ``cuInit(0)`` first, and works from the host PID namespace on a
+process inside a container's PID namespace (see gpu-lab-notes.md).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ..contracts.manifest import GpuInfo
+from ..errors import CudaError
+
+_DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
+
+
+def driver_version() -> str | None:
+    """The kernel driver's version (e.g. 580.159.04), or None with no NVIDIA driver."""
+    try:
+        text = _DRIVER_VERSION_FILE.read_text()
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?([0-9][0-9.]+)", text)
+    return m.group(1) if m else None
+
+
+def format_uuid(raw: bytes) -> str:
+    h = raw.hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def parse_uuid(uuid: str) -> bytes:
+    h = uuid.removeprefix("GPU-").replace("-", "")
+    if len(h) != 32:
+        raise CudaError(f"malformed GPU UUID {uuid!r}")
+    return bytes.fromhex(h)
+
+
+class CudaDriver:
+    """A handle on the CUDA driver. Constructing it fails with a clear CudaError when
+    cuda-python, the driver or a GPU is missing."""
+
+    def __init__(self) -> None:
+        try:
+            from cuda.bindings import driver as drv
+        except ImportError as e:
+            raise CudaError(
+                "cuda-python is not installed: install the 'gpu' extra "
+                "(pip install 'gpu-snapshot[gpu]')",
+                call="import",
+            ) from e
+        self._drv = drv
+        try:
+            (err,) = drv.cuInit(0)
+        except Exception as e:  # the bindings raise when libcuda.so itself is missing
+            raise CudaError(f"no CUDA driver on this host: {e}", call="cuInit") from e
+        self._check("cuInit", err, hint="is an NVIDIA GPU and driver present?")
+        if not hasattr(drv, "cuCheckpointProcessLock"):
+            raise CudaError("this cuda-python has no checkpoint API (needs driver >= 570)")
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _check(self, call: str, err: Any, pid: int | None = None, hint: str = "") -> None:
+        if err == self._drv.CUresult.CUDA_SUCCESS:
+            return
+        _, name = self._drv.cuGetErrorName(err)
+        _, text = self._drv.cuGetErrorString(err)
+        who = f" for PID {pid}" if pid is not None else ""
+        msg = f"{call}{who} failed: {_s(name)} ({_s(text)})"
+        raise CudaError(f"{msg}; {hint}" if hint else msg, call=call, code=int(err))
+
+    # -- inventory --------------------------------------------------------------------------
+    def cuda_version(self) -> int:
+        err, v = self._drv.cuDriverGetVersion()
+        self._check("cuDriverGetVersion", err)
+        return int(v)
+
+    def gpus(self) -> list[GpuInfo]:
+        drv = self._drv
+        err, n = drv.cuDeviceGetCount()
+        self._check("cuDeviceGetCount", err)
+        out = []
+        for i in range(n):
+            err, dev = drv.cuDeviceGet(i)
+            self._check("cuDeviceGet", err)
+            err, name = drv.cuDeviceGetName(256, dev)
+            self._check("cuDeviceGetName", err)
+            err, uuid = drv.cuDeviceGetUuid(dev)
+            self._check("cuDeviceGetUuid", err)
+            err, mem = drv.cuDeviceTotalMem(dev)
+            self._check("cuDeviceTotalMem", err)
+            out.append(
+                GpuInfo(
+                    uuid=format_uuid(bytes(uuid.bytes)),
+                    product=_s(name).split("\x00", 1)[0],
+                    memoryMiB=int(mem) // (1024 * 1024),
+                )
+            )
+        return out
+
+    # -- checkpoint API ---------------------------------------------------------------------
+    def state(self, pid: int) -> str:
+        err, st = self._drv.cuCheckpointProcessGetState(pid)
+        self._check("cuCheckpointProcessGetState", err, pid)
+        return st.name.removeprefix("CU_PROCESS_STATE_").lower()
+
+    def lock(self, pid: int, timeout_ms: int = 0) -> None:
+        args = None
+        if timeout_ms:
+            args = self._drv.CUcheckpointLockArgs()
+            args.timeoutMs = timeout_ms
+        (err,) = self._drv.cuCheckpointProcessLock(pid, args)
+        self._check("cuCheckpointProcessLock", err, pid)
+
+    def checkpoint(self, pid: int) -> None:
+        (err,) = self._drv.cuCheckpointProcessCheckpoint(pid, None)
+        self._check("cuCheckpointProcessCheckpoint", err, pid)
+
+    def restore(self, pid: int, gpu_pairs: list[tuple[str, str]] | None = None) -> None:
+        """Restore GPU state; ``gpu_pairs`` maps source GPU UUIDs to this host's UUIDs.
+        Identity pairs are dropped: the driver needs pairs only to remap."""
+        pairs = [(a, b) for a, b in (gpu_pairs or []) if a != b]
+        args = None
+        if pairs:
+            drv = self._drv
+            args = drv.CUcheckpointRestoreArgs()
+            structs = []
+            for old, new in pairs:
+                p = drv.CUcheckpointGpuPair()
+                p.oldUuid = _cuuuid(drv, parse_uuid(old))
+                p.newUuid = _cuuuid(drv, parse_uuid(new))
+                structs.append(p)
+            args.gpuPairs = structs
+            args.gpuPairsCount = len(structs)
+        (err,) = self._drv.cuCheckpointProcessRestore(pid, args)
+        self._check("cuCheckpointProcessRestore", err, pid)
+
+    def unlock(self, pid: int) -> None:
+        (err,) = self._drv.cuCheckpointProcessUnlock(pid, None)
+        self._check("cuCheckpointProcessUnlock", err, pid)
+
+
+def _cuuuid(drv: Any, raw: bytes) -> Any:
+    u = drv.CUuuid()
+    u.bytes = raw
+    return u
+
+
+def _s(v: Any) -> str:
+    return v.decode(errors="replace") if isinstance(v, bytes | bytearray) else str(v)

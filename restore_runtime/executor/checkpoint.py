@@ -1,0 +1,190 @@
+"""Checkpoint: quiesce -> CUDA lock + checkpoint -> CRIU dump -> pack, into one artifact.
+
+Failure at any step leaves no artifact (the staging directory is removed) and leaves the
+source running: CRIU resumes the tree when a dump fails, and the GPU state is given back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from .. import handshake, procs
+from ..artifact.pack import Staging, describe_files, write_manifest
+from ..compat import host_info
+from ..contracts.manifest import CHUNK_SIZE, CRIU_DIR, Compat, Cuda, Manifest, Network, Source
+from ..criu import options, runner
+from ..errors import SnapshotError
+from ..netns import global_addresses
+from ..progress import Progress
+from ..timing import PhaseTimer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CheckpointRequest:
+    pid: int
+    output: Path
+    leave_running: bool = False
+    sign_key: Ed25519PrivateKey | None = None
+    control_dir: Path | None = None
+    handshake_timeout_s: float = 300.0
+    #: optional identity of the source when it is a pod (filled in by the node agent)
+    pod: str | None = None
+    namespace: str | None = None
+    container: str | None = None
+    image_digest: str | None = None
+
+
+@dataclass
+class CheckpointResult:
+    path: Path
+    manifest: Manifest
+    digest: str
+
+
+class _GpuState:
+    """The CUDA processes of the tree, and how far their checkpoint got, so a failure can
+    hand the GPU state back to a source that keeps running."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.locked: list[int] = []
+        self.checkpointed: list[int] = []
+        self._drv = None
+
+    @property
+    def drv(self):
+        if self._drv is None:
+            from ..cuda.driver import CudaDriver
+
+            self._drv = CudaDriver()
+        return self._drv
+
+    def suspend(self) -> None:
+        for p in self.pids:
+            self.drv.lock(p)
+            self.locked.append(p)
+        for p in self.pids:
+            self.drv.checkpoint(p)
+            self.checkpointed.append(p)
+
+    def resume(self) -> None:
+        for p in self.checkpointed:
+            self.drv.restore(p)
+        for p in self.locked:
+            self.drv.unlock(p)
+        self.checkpointed, self.locked = [], []
+
+
+def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> CheckpointResult:
+    progress = progress or Progress(enabled=False)
+    timer = PhaseTimer(progress.phase)
+    with timer.phase("setup"):
+        procs.require(req.pid)
+        runner.require_version()
+        gpu = _GpuState(procs.cuda_pids(req.pid))
+        own_netns = procs.netns_inode(req.pid) != procs.netns_inode("self")
+        pod_ips = global_addresses(f"/proc/{req.pid}/ns/net") if own_netns else []
+        host = host_info(with_gpus=bool(gpu.pids), image_digest=req.image_digest)
+        cuda_ns_pids = [procs.ns_pid(p) for p in gpu.pids]
+        command = procs.cmdline(req.pid)
+        staging = Staging(req.output)
+        work = Path(tempfile.mkdtemp(prefix="snapshot-dump-"))
+    log.info("checkpoint of PID %d: %d CUDA process(es), own netns=%s, pod IPs %s",
+             req.pid, len(gpu.pids), own_netns, pod_ips)  # fmt: skip
+
+    quiesced = False
+    with staging:
+        try:
+            if req.control_dir:
+                with timer.phase("quiesce"):
+                    handshake.request_checkpoint(req.control_dir, req.handshake_timeout_s)
+                quiesced = True
+            if gpu.pids:
+                with timer.phase("cuda"):
+                    gpu.suspend()
+            images = staging.dir / CRIU_DIR
+            images.mkdir()
+            dump = options.DumpOptions(
+                pid=req.pid,
+                images_dir=images,
+                work_dir=work,
+                leave_running=req.leave_running,
+                external_netns_inode=procs.netns_inode(req.pid) if own_netns else None,
+            )
+            with timer.phase("criu"):
+                stop_watch = progress.watch_dir(images)
+                try:
+                    runner.run(options.dump_args(dump), work / "dump.log")
+                finally:
+                    stop_watch()
+        except BaseException:
+            _give_back(req, gpu, quiesced)
+            raise
+        if req.leave_running:
+            with timer.phase("resume"):
+                _give_back(req, gpu, quiesced)
+        with timer.phase("pack"):
+            files = describe_files(staging.dir, CHUNK_SIZE, progress=progress.add_bytes)
+        manifest = Manifest(
+            source=Source(
+                pid=req.pid,
+                hostname=socket.gethostname(),
+                command=command,
+                pod=req.pod,
+                namespace=req.namespace,
+                container=req.container,
+            ),
+            compat=Compat(
+                arch=host.arch,
+                kernel=host.kernel,
+                criuVersion=host.criu_version,
+                driverVersion=host.driver_version,
+                cudaDriverVersion=host.cuda_driver_version,
+                gpus=_used_gpus(host.gpus, gpu.pids),
+                imageDigest=req.image_digest,
+            ),
+            network=Network(podIPs=pod_ips, hostname=socket.gethostname(), externalNetns=own_netns),
+            cuda=Cuda(nsPids=cuda_ns_pids),
+            files=files,
+            timings=timer.result(),
+        )
+        digest = write_manifest(staging.dir, manifest, req.sign_key)
+        path = staging.commit()
+    with contextlib.suppress(OSError):
+        for f in work.iterdir():
+            f.unlink()
+        work.rmdir()
+    progress.done()
+    return CheckpointResult(path=path, manifest=manifest, digest=digest)
+
+
+def _used_gpus(gpus, cuda_pids):
+    # Every visible GPU is recorded: the CUDA checkpoint API does not say which devices a
+    # process touched, and CUDA_VISIBLE_DEVICES already narrows what a container sees.
+    return gpus if cuda_pids else []
+
+
+def _give_back(req: CheckpointRequest, gpu: _GpuState, quiesced: bool) -> None:
+    """Let a source that is still alive continue: GPU state back, workload resumed."""
+    if not procs.exists(req.pid):
+        return
+    try:
+        gpu.resume()
+    except SnapshotError as e:
+        log.error("could not hand GPU state back to PID %d: %s", req.pid, e)
+    if quiesced and req.control_dir:
+        pod_ips = []
+        with contextlib.suppress(Exception):
+            pod_ips = global_addresses(f"/proc/{req.pid}/ns/net")
+        handshake.complete_restore(
+            req.control_dir, pod_ips[0] if pod_ips else None, {}, mode="resumed-in-place"
+        )

@@ -1,0 +1,146 @@
+"""Restore: verify -> compat gates -> network rebinding -> CRIU restore -> CUDA restore +
+unlock -> restore-complete. Nothing from the artifact runs before verification passes, and a
+failure after CRIU restored the tree kills it, so no half-restored process keeps running."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from .. import handshake, procs
+from ..artifact.verify import manifest_digest, verify_or_raise
+from ..compat import check, gpu_pairs, host_info
+from ..contracts.annotations import RestoreOutcome
+from ..contracts.manifest import CRIU_DIR, Manifest
+from ..contracts.report import RestoreReport
+from ..criu import images, options, runner
+from ..errors import IncompatibleError, SnapshotError
+from ..netns import global_addresses, netns_path, rebind_map
+from ..progress import Progress
+from ..timing import PhaseTimer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RestoreRequest:
+    artifact: Path
+    pidfile: Path | None = None
+    verify_key: Ed25519PublicKey | None = None
+    control_dir: Path | None = None
+    #: network namespace to restore into (name under /run/netns or a path); default: ours
+    netns: str | None = None
+    skip_compat: bool = False
+    image_digest: str | None = None
+
+
+def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreReport:
+    """Restore the artifact; return the report (outcome ``restored``) or raise a
+    SnapshotError naming the failed phase."""
+    progress = progress or Progress(enabled=False)
+    timer = PhaseTimer(progress.phase)
+    artifact = req.artifact.absolute()
+    with timer.phase("verify"):
+        manifest = verify_or_raise(artifact, req.verify_key, progress=progress.add_bytes)
+        digest = manifest_digest(artifact)
+    work = Path(tempfile.mkdtemp(prefix="snapshot-restore-"))
+    pid: int | None = None
+    ok = False
+    try:
+        with timer.phase("setup"):
+            runner.require_version()
+            host = host_info(with_gpus=manifest.uses_cuda, image_digest=req.image_digest)
+            if not req.skip_compat and (reasons := check(manifest.compat, host)):
+                raise IncompatibleError(reasons)
+            image_dir = _stage_images(artifact / CRIU_DIR, work / "images")
+            target_ns = netns_path(req.netns) if req.netns else "/proc/self/ns/net"
+            new_ips = global_addresses(target_ns) if manifest.network.external_netns else []
+            mapping = rebind_map(manifest.network.pod_ips, new_ips)
+            if mapping:
+                n = images.rebind(artifact / CRIU_DIR, image_dir, mapping)
+                log.info("rebound %d socket address(es): %s", n, mapping)
+            elif req.netns and not manifest.network.external_netns:
+                raise SnapshotError(
+                    "the source shared the host's network namespace; it cannot be restored "
+                    f"into {req.netns}"
+                )
+        pidfile = work / "restore.pid"
+        with timer.phase("criu"):
+            netns_fd = os.open(target_ns, os.O_RDONLY) if manifest.network.external_netns else None
+            try:
+                opts = options.RestoreOptions(
+                    images_dir=image_dir, work_dir=work, pidfile=pidfile, netns_fd=netns_fd
+                )
+                fds = (netns_fd,) if netns_fd is not None else ()
+                runner.run(options.restore_args(opts), work / "restore.log", pass_fds=fds)
+            finally:
+                if netns_fd is not None:
+                    os.close(netns_fd)
+            pid = int(pidfile.read_text().strip())
+        if manifest.uses_cuda:
+            with timer.phase("cuda"):
+                _restore_gpu(manifest, pid, gpu_pairs(manifest.compat, host))
+        pod_ip = new_ips[0] if new_ips else (manifest.network.pod_ips or [None])[0]
+        with timer.phase("wake"):
+            if req.control_dir:
+                handshake.complete_restore(req.control_dir, pod_ip, timer.result())
+        if req.pidfile:
+            req.pidfile.write_text(f"{pid}\n")
+        ok = True
+    except BaseException:
+        if pid is not None:
+            _kill_tree(pid)
+        raise
+    finally:
+        if ok:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            log.error("restore failed; CRIU work directory kept at %s", work)
+    progress.done()
+    return RestoreReport(
+        outcome=RestoreOutcome.RESTORED,
+        artifact=str(artifact),
+        manifestDigest=digest,
+        pid=pid,
+        podIP=pod_ip,
+        timings=timer.result(),
+    )
+
+
+def _stage_images(src: Path, dst: Path) -> Path:
+    """A private image directory of symlinks into the (read-only) artifact: CRIU writes its
+    stats there, and rebinding replaces files.img, without touching the artifact."""
+    dst.mkdir(parents=True)
+    for f in src.iterdir():
+        (dst / f.name).symlink_to(f)
+    (dst / images.FILES_IMG).unlink(missing_ok=True)
+    shutil.copyfile(src / images.FILES_IMG, dst / images.FILES_IMG)
+    return dst
+
+
+def _restore_gpu(manifest: Manifest, root_pid: int, pairs: list[tuple[str, str]]) -> None:
+    from ..cuda.driver import CudaDriver
+
+    drv = CudaDriver()
+    by_ns = procs.host_pids_by_ns_pid(root_pid)
+    missing = [p for p in manifest.cuda.ns_pids if p not in by_ns]
+    if missing:
+        raise SnapshotError(f"restored tree lacks the CUDA process(es) {missing}")
+    host_pids = [by_ns[p] for p in manifest.cuda.ns_pids]
+    for p in host_pids:
+        drv.restore(p, pairs)
+    for p in host_pids:
+        drv.unlock(p)
+
+
+def _kill_tree(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,70 @@
+"""The agent's side of the workload handshake (contract in contracts/handshake.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .contracts.handshake import (
+    CHECKPOINT_REQUESTED,
+    READY_FOR_SNAPSHOT,
+    RESTORE_COMPLETE,
+    RestoreComplete,
+    atomic_write,
+)
+from .errors import HandshakeTimeout, SnapshotError
+
+POLL_S = 0.02
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def request_checkpoint(control_dir: Path, timeout_s: float) -> dict:
+    """Ask the workload to quiesce and wait for ``ready-for-snapshot``; return its payload
+    (a JSON object, possibly empty)."""
+    if not control_dir.is_dir():
+        raise SnapshotError(f"control directory {control_dir} does not exist")
+    for stale in (READY_FOR_SNAPSHOT, RESTORE_COMPLETE):
+        _remove(control_dir / stale)
+    payload = json.dumps({"requestedAt": datetime.now(UTC).isoformat()}).encode()
+    atomic_write(control_dir / CHECKPOINT_REQUESTED, payload)
+    ready = control_dir / READY_FOR_SNAPSHOT
+    deadline = time.monotonic() + timeout_s
+    while not ready.exists():
+        if time.monotonic() > deadline:
+            _remove(control_dir / CHECKPOINT_REQUESTED)
+            raise HandshakeTimeout(
+                f"workload did not write {READY_FOR_SNAPSHOT} in {control_dir} within "
+                f"{timeout_s:g}s after {CHECKPOINT_REQUESTED}; is it using "
+                "restore_runtime.workload (or an engine adapter)?"
+            )
+        time.sleep(POLL_S)
+    try:
+        data = json.loads(ready.read_bytes() or b"{}")
+    except json.JSONDecodeError:
+        data = {}
+    return data if isinstance(data, dict) else {}
+
+
+def complete_restore(
+    control_dir: Path, pod_ip: str | None, timings: dict[str, float], mode: str = "restored"
+) -> None:
+    """Tell the workload it runs again (after a restore, or in place after a dump with
+    --leave-running): clear the checkpoint files, then write ``restore-complete``."""
+    for stale in (CHECKPOINT_REQUESTED, READY_FOR_SNAPSHOT):
+        _remove(control_dir / stale)
+    msg = RestoreComplete(
+        pod_ip=pod_ip,
+        hostname=socket.gethostname(),
+        restored_at=datetime.now(UTC).isoformat(),
+        timings=timings,
+        mode=mode,
+    )
+    atomic_write(control_dir / RESTORE_COMPLETE, msg.to_json())

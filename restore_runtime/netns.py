@@ -1,0 +1,42 @@
+"""Addresses of a network namespace, read with pyroute2 (netlink), for recording a source's
+pod IPs and finding the restore target's."""
+
+from __future__ import annotations
+
+import socket
+
+from pyroute2 import IPRoute, NetNS
+
+_SCOPE_UNIVERSE = 0
+
+
+def global_addresses(netns: str | None = None) -> list[str]:
+    """Global-scope addresses (no loopback, no link-local), IPv4 first. ``netns`` is a name
+    under /run/netns or a path such as /proc/PID/ns/net; None means our own namespace."""
+    ipr = NetNS(netns, flags=0) if netns else IPRoute()
+    with ipr:
+        addrs = [
+            (a.get("family"), a.get_attr("IFA_ADDRESS"))
+            for a in ipr.get_addr()
+            if a.get("scope") == _SCOPE_UNIVERSE
+        ]
+    v4 = [ip for fam, ip in addrs if fam == socket.AF_INET]
+    v6 = [ip for fam, ip in addrs if fam == socket.AF_INET6]
+    return v4 + v6
+
+
+def rebind_map(old_ips: list[str], new_ips: list[str]) -> dict[str, str]:
+    """Pair the source's pod IPs with the target's, per address family, in order."""
+    mapping: dict[str, str] = {}
+    for is_v6 in (False, True):
+        olds = [ip for ip in old_ips if (":" in ip) == is_v6]
+        news = [ip for ip in new_ips if (":" in ip) == is_v6]
+        for old, new in zip(olds, news, strict=False):
+            if old != new:
+                mapping[old] = new
+    return mapping
+
+
+def netns_path(netns: str) -> str:
+    """A network namespace given by name (``ip netns``) or by path, as a path."""
+    return netns if "/" in netns else f"/run/netns/{netns}"

@@ -1,0 +1,37 @@
+"""Phase timings: every checkpoint and restore records where its seconds went, including the
+time no phase accounts for."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+log = logging.getLogger(__name__)
+
+
+class PhaseTimer:
+    def __init__(self, on_phase: Callable[[str], None] | None = None) -> None:
+        self._start = time.monotonic()
+        self.phases: dict[str, float] = {}
+        self._on_phase = on_phase
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if self._on_phase:
+            self._on_phase(name)
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            dt = time.monotonic() - t0
+            self.phases[name] = round(self.phases.get(name, 0.0) + dt, 4)
+            log.info("phase %s took %.3fs", name, dt)
+
+    def result(self) -> dict[str, float]:
+        total = time.monotonic() - self._start
+        out = dict(self.phases)
+        out["total"] = round(total, 4)
+        out["unaccounted"] = round(max(0.0, total - sum(self.phases.values())), 4)
+        return out
