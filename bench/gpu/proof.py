@@ -1,0 +1,230 @@
+"""GPU proof: cold start vs checkpoint vs restore of a torch.compile + CUDA-graph worker,
+through ``snapshotctl``, on one machine, in one run. Also times the raw path (``criu
+restore`` + CUDA restore/unlock called directly, no verification) in the same run, and
+checks that a source checkpointed with --leave-running keeps serving the same output.
+
+    python bench/gpu/proof.py --out DIR [--layers 24 --width 2048 --kv-gb 16]
+
+Results go to DIR/gpu-proof.json. Every response is compared bitwise (sha256 of the logits)
+with the source's output before its checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT))
+
+from restore_runtime.contracts.handshake import RESTORE_COMPLETE, RestoreComplete  # noqa: E402
+from restore_runtime.criu import options  # noqa: E402
+
+CTL = [sys.executable, "-m", "restore_runtime.cli"]
+
+
+def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    print("+", " ".join(map(str, cmd)), flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, **kw)
+    if p.returncode != 0:
+        raise RuntimeError(f"{cmd[3] if len(cmd) > 3 else cmd}: rc={p.returncode}\n{p.stderr}")
+    return p
+
+
+def ask(port: int) -> str | None:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+            s.settimeout(120)
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(256)
+                if not chunk:
+                    break
+                data += chunk
+            return data.decode().strip() or None
+    except OSError:
+        return None
+
+
+def first_response(port: int, t0: float, timeout: float) -> tuple[float, str]:
+    while time.time() - t0 < timeout:
+        d = ask(port)
+        if d:
+            return time.time() - t0, d
+        time.sleep(0.005)
+    raise RuntimeError(f"no response on port {port} within {timeout}s")
+
+
+def kill_tree(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    for _ in range(500):
+        if not Path(f"/proc/{pid}").exists():
+            break
+        time.sleep(0.01)
+    time.sleep(1.0)  # let the driver release the GPU memory
+
+
+def gpu_used_mib() -> str:
+    p = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader"],
+                       capture_output=True, text=True)  # fmt: skip
+    return p.stdout.strip()
+
+
+def start_worker(args, port: int, ctl: Path, log: Path) -> int:
+    ctl.mkdir(parents=True, exist_ok=True)
+    cmd = [*CTL, "run", "--log", str(log), "--control-dir", str(ctl), "--",
+           sys.executable, str(HERE / "worker.py"), "--port", str(port),
+           "--layers", str(args.layers), "--width", str(args.width), "--heads", str(args.heads),
+           "--kv-gb", str(args.kv_gb)]  # fmt: skip
+    return int(sh(cmd).stdout.strip())
+
+
+def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dict:
+    """The lab notes' raw path: criu restore + CUDA restore/unlock, nothing else."""
+    from cuda.bindings import driver as drv
+
+    drv.cuInit(0)
+    shutil.rmtree(work, ignore_errors=True)
+    imgs = work / "images"
+    imgs.mkdir(parents=True)
+    for f in (art / "criu").iterdir():
+        (imgs / f.name).symlink_to(f)
+    for f in ctl.iterdir():
+        f.unlink()
+    t0 = time.time()
+    o = options.RestoreOptions(images_dir=imgs, work_dir=work, pidfile=work / "pid")
+    subprocess.run([os.environ.get("SNAPSHOT_CRIU", "criu"), *options.restore_args(o)],
+                   check=True)  # fmt: skip
+    t_criu = time.time() - t0
+    pid = int((work / "pid").read_text())
+    (err,) = drv.cuCheckpointProcessRestore(pid, None)
+    assert err == drv.CUresult.CUDA_SUCCESS, err
+    (err,) = drv.cuCheckpointProcessUnlock(pid, None)
+    assert err == drv.CUresult.CUDA_SUCCESS, err
+    t_cuda = time.time() - t0 - t_criu
+    msg = RestoreComplete(pod_ip=None, hostname="raw", restored_at="", timings={})
+    (ctl / RESTORE_COMPLETE).write_bytes(msg.to_json())
+    t, d = first_response(port, t0, 300)
+    kill_tree(pid)
+    return {"criu_s": round(t_criu, 3), "cuda_s": round(t_cuda, 3),
+            "first_response_s": round(t, 3), "identical": d == expect}  # fmt: skip
+
+
+def restore_once(art: Path, ctl: Path, port: int, expect: str, pidfile: Path) -> dict:
+    for f in ctl.iterdir():
+        f.unlink()
+    t0 = time.time()
+    rep = json.loads(sh([*CTL, "restore", str(art), "--control-dir", str(ctl), "--json",
+                         "--pidfile", str(pidfile)]).stdout)  # fmt: skip
+    t, d = first_response(port, t0, 300)
+    pid = int(pidfile.read_text())
+    used = gpu_used_mib()
+    kill_tree(pid)
+    return {"first_response_s": round(t, 3), "identical": d == expect, "phases": rep["timings"],
+            "gpu_used_after_restore": used}  # fmt: skip
+
+
+def run(args) -> dict:
+    base = Path(args.workdir)
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    ctl, art, port = base / "ctl", base / "artifact", args.port
+    res: dict = {"model": {"layers": args.layers, "width": args.width, "kv_gb": args.kv_gb}}
+
+    t0 = time.time()
+    pid = start_worker(args, port, ctl, base / "worker.log")
+    cold_s, ref = first_response(port, t0, 900)
+    res["cold_start_s"] = round(cold_s, 3)
+    res["reference_digest"] = ref
+    res["gpu_used_before_checkpoint"] = gpu_used_mib()
+
+    out = sh([*CTL, "checkpoint", "--pid", str(pid), "--output", str(art), "--control-dir",
+              str(ctl), "--json"])  # fmt: skip
+    ck = json.loads(out.stdout)
+    res["checkpoint"] = {"phases": ck["timings"], "artifact_bytes": ck["sizeBytes"],
+                         "cuda": ck["cuda"]}  # fmt: skip
+    res["gpu_used_after_checkpoint"] = gpu_used_mib()
+    res["verify"] = sh([*CTL, "verify", str(art)]).stdout.strip()
+    res["restore"] = [restore_once(art, ctl, port, ref, base / "pid") for _ in range(2)]
+    res["raw_restore"] = raw_restore(art, ctl, base / "raw", port, ref)
+
+    if args.leave_running:
+        t0 = time.time()
+        pid = start_worker(args, port, ctl, base / "worker2.log")
+        warm_s, d = first_response(port, t0, 900)
+        res["cold_start_warm_cache_s"] = round(warm_s, 3)
+        res["cold_start_warm_cache_identical"] = d == ref
+        art2 = base / "artifact2"
+        ck2 = json.loads(
+            sh(
+                [
+                    *CTL,
+                    "checkpoint",
+                    "--pid",
+                    str(pid),
+                    "--output",
+                    str(art2),
+                    "--control-dir",
+                    str(ctl),
+                    "--leave-running",
+                    "--json",
+                ]
+            ).stdout
+        )
+        t_after = time.time()
+        _, d2 = first_response(port, t_after, 60)
+        res["leave_running"] = {"phases": ck2["timings"], "source_still_serving": True,
+                                "identical": d2 == ref}  # fmt: skip
+        kill_tree(pid)
+    r0 = res["restore"][0]["first_response_s"]
+    res["summary"] = {
+        "restore_vs_cold": round(cold_s / r0, 2),
+        "engine_vs_raw": round(r0 / res["raw_restore"]["first_response_s"], 3),
+        "all_identical": all(r["identical"] for r in res["restore"])
+        and res["raw_restore"]["identical"],
+    }
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--workdir", default="/dev/shm/snapshot-proof")
+    ap.add_argument("--port", type=int, default=18000)
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--width", type=int, default=2048)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--kv-gb", type=float, default=16.0)
+    ap.add_argument("--leave-running", action="store_true")
+    ap.add_argument("--name", default="gpu-proof")
+    args = ap.parse_args()
+    res = {"command": " ".join(sys.argv), "machine": platform.node(),
+           "kernel": platform.release(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                   time.gmtime())}  # fmt: skip
+    try:
+        res.update(run(args))
+        res["ok"] = True
+    except Exception as e:  # the partial results are still worth keeping
+        res["ok"] = False
+        res["error"] = f"{type(e).__name__}: {e}"
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / f"{args.name}.json").write_text(json.dumps(res, indent=2))
+    print(json.dumps(res, indent=2))
+    sys.exit(0 if res["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()

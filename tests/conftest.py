@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from restore_runtime.criu.runner import version_tuple
+
+
+def _criu_problem() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (CRIU checkpoints other processes)"
+    criu = shutil.which("criu")
+    if not criu:
+        return "criu is not installed (make setup installs CRIU >= 4.2)"
+    out = subprocess.run([criu, "--version"], capture_output=True, text=True).stdout
+    v = version_tuple(out.split("Version:")[-1]) if "Version:" in out else (0,)
+    if v[:2] < (4, 2):
+        return f"needs CRIU >= 4.2, found {out.strip()!r}"
+    return None
+
+
+CRIU_PROBLEM = _criu_problem()
+requires_criu = pytest.mark.skipif(CRIU_PROBLEM is not None, reason=CRIU_PROBLEM or "")
+HAS_GPU = Path("/dev/nvidiactl").exists() and Path("/proc/driver/nvidia/version").exists()
+requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="no NVIDIA GPU/driver on this machine")
+
+
+@pytest.fixture
+def cleanup_pids():
+    """PIDs registered here are SIGKILLed after the test, pass or fail."""
+    from tests.helpers import kill
+
+    pids: list[int] = []
+    yield pids
+    for p in pids:
+        kill(p)
+
+
+def pytest_configure(config):
+    # CI installs every dependency; there a missing CRIU is a broken setup, not a skip.
+    if os.environ.get("SNAPSHOT_STRICT_DEPS") and CRIU_PROBLEM:
+        raise pytest.UsageError(
+            f"SNAPSHOT_STRICT_DEPS is set but CRIU tests cannot run: {CRIU_PROBLEM}"
+        )

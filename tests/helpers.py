@@ -1,0 +1,76 @@
+"""Shared helpers for the engine tests: start the counter workload, talk to it, clean up."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from restore_runtime import sandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+COUNTER = ROOT / "tests" / "workloads" / "counter_server.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ask(host: str, port: int, timeout: float = 10.0) -> dict[str, str]:
+    """One request; returns the parsed ``key=value`` reply. Retries until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=2) as s:
+                line = s.makefile().readline()
+            if line:
+                return dict(kv.split("=", 1) for kv in line.split())
+        except OSError as e:
+            last = e
+        time.sleep(0.02)
+    raise AssertionError(f"no answer from {host}:{port} within {timeout}s: {last}")
+
+
+def kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    for _ in range(300):
+        if not Path(f"/proc/{pid}").exists():
+            return
+        # A restored tree is re-parented; reap it if it became our child.
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.01)
+
+
+def start_counter(
+    tmp: Path, host: str = "127.0.0.1", port: int | None = None, netns: str | None = None,
+    control_dir: Path | None = None,
+) -> tuple[int, int]:  # fmt: skip
+    port = port or free_port()
+    env = (
+        {"SNAPSHOT_CONTROL_DIR": str(control_dir)} if control_dir else {"SNAPSHOT_CONTROL_DIR": ""}
+    )
+    pid = sandbox.start(
+        [sys.executable, str(COUNTER), host, str(port)], tmp / f"counter-{port}.log",
+        netns=netns, env=env,
+    )  # fmt: skip
+    return pid, port
+
+
+def snapshotctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run(
+        [sys.executable, "-m", "restore_runtime.cli", *args],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    if check and p.returncode != 0:
+        raise AssertionError(f"snapshotctl {' '.join(args)} failed ({p.returncode}):\n{p.stderr}")
+    return p

@@ -1,0 +1,197 @@
+"""Checkpoint and restore of a real process tree with real CRIU (root).
+
+Cases: state and a listening TCP socket survive; two restores from one artifact; the
+handshake quiesces and resumes the workload; --leave-running keeps the source serving;
+signed artifacts restore with the key and not with another; a failed dump (full disk, no
+such PID) leaves no artifact and the source running; a tampered artifact is refused before
+anything runs; the restore report and timings are recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from restore_runtime.artifact import signing
+from restore_runtime.contracts.handshake import RESTORE_COMPLETE
+from restore_runtime.errors import CriuError, SnapshotError, VerificationError
+from restore_runtime.executor import CheckpointRequest, RestoreRequest, checkpoint, restore
+from tests.conftest import requires_criu
+from tests.helpers import ask, kill, snapshotctl, start_counter
+
+pytestmark = [requires_criu, pytest.mark.root]
+
+
+def _restore_cli(art: Path, tmp: Path, *extra: str) -> tuple[int, dict]:
+    pidfile = tmp / f"restored-{len(list(tmp.iterdir()))}.pid"
+    out = snapshotctl("restore", str(art), "--pidfile", str(pidfile), "--json", *extra)
+    return int(pidfile.read_text()), json.loads(out.stdout)
+
+
+def test_state_and_listening_socket_survive(tmp_path, cleanup_pids):
+    pid, port = start_counter(tmp_path)
+    cleanup_pids.append(pid)
+    before = [ask("127.0.0.1", port) for _ in range(3)]
+    assert before[-1]["count"] == "3"
+
+    art = tmp_path / "art"
+    out = snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art), "--json")
+    result = json.loads(out.stdout)
+    assert result["cuda"] is False  # a CPU-only tree is detected; CUDA steps are skipped
+    assert {"setup", "criu", "pack", "total"} <= set(result["timings"])
+    assert not Path(f"/proc/{pid}").exists(), "source must be gone after a plain dump"
+
+    rpid, report = _restore_cli(art, tmp_path)
+    cleanup_pids.append(rpid)
+    after = ask("127.0.0.1", port)
+    assert after["count"] == "4", "the counter continues from the checkpoint"
+    assert after["digest"] == before[0]["digest"], "memory contents came back"
+    assert after["nspid"] == "1", "restored as PID 1 of a fresh PID namespace"
+    assert report["outcome"] == "restored"
+    assert {"verify", "setup", "criu", "wake", "total"} <= set(report["timings"])
+    assert report["manifestDigest"].startswith("sha256:")
+
+
+def test_restore_twice_from_one_artifact(tmp_path, cleanup_pids):
+    pid, port = start_counter(tmp_path)
+    cleanup_pids.append(pid)
+    ask("127.0.0.1", port)
+    art = tmp_path / "art"
+    snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art))
+    for _ in range(2):
+        rpid, _ = _restore_cli(art, tmp_path)
+        assert ask("127.0.0.1", port)["count"] == "2"
+        kill(rpid)
+    # restoring left the artifact untouched: it still verifies
+    assert snapshotctl("verify", str(art)).stdout.strip() == "OK"
+
+
+def test_handshake_quiesces_and_resumes(tmp_path, cleanup_pids):
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    pid, port = start_counter(tmp_path, control_dir=ctl)
+    cleanup_pids.append(pid)
+    ask("127.0.0.1", port)
+    art = tmp_path / "art"
+    res = checkpoint(CheckpointRequest(pid=pid, output=art, control_dir=ctl))
+    assert "quiesce" in res.manifest.timings
+    report = restore(RestoreRequest(artifact=art, control_dir=ctl))
+    cleanup_pids.append(report.pid)
+    assert (ctl / RESTORE_COMPLETE).exists()
+    # the workload was blocked in its handshake and serves again only after restore-complete
+    assert ask("127.0.0.1", port)["count"] == "2"
+    log = (tmp_path / f"counter-{port}.log").read_text()
+    assert "resumed mode=restored" in log
+
+
+def test_handshake_timeout_is_clear_and_leaves_nothing(tmp_path, cleanup_pids):
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    pid, port = start_counter(tmp_path)  # not handshake-aware
+    cleanup_pids.append(pid)
+    art = tmp_path / "art"
+    with pytest.raises(SnapshotError, match="ready-for-snapshot"):
+        checkpoint(CheckpointRequest(pid=pid, output=art, control_dir=ctl, handshake_timeout_s=0.3))
+    assert not art.exists()
+    assert list(tmp_path.glob(".art.staging-*")) == []
+    assert ask("127.0.0.1", port)["count"] == "1"
+
+
+def test_leave_running_keeps_source_serving(tmp_path, cleanup_pids):
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    pid, port = start_counter(tmp_path, control_dir=ctl)
+    cleanup_pids.append(pid)
+    ask("127.0.0.1", port)
+    art = tmp_path / "art"
+    snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art), "--leave-running",
+                "--control-dir", str(ctl))  # fmt: skip
+    assert ask("127.0.0.1", port)["count"] == "2", "the source continues after the dump"
+    assert "resumed mode=resumed-in-place" in (tmp_path / f"counter-{port}.log").read_text()
+    kill(pid)
+    rpid, _ = _restore_cli(art, tmp_path)
+    cleanup_pids.append(rpid)
+    assert ask("127.0.0.1", port)["count"] == "2", "the replica starts from the dumped state"
+
+
+def test_signed_artifact_needs_matching_key(tmp_path, cleanup_pids):
+    priv, pub = tmp_path / "k", tmp_path / "k.pub"
+    other_priv, other_pub = tmp_path / "o", tmp_path / "o.pub"
+    snapshotctl("keygen", "--private", str(priv), "--public", str(pub))
+    signing.generate_keypair(other_priv, other_pub)
+    pid, port = start_counter(tmp_path)
+    cleanup_pids.append(pid)
+    art = tmp_path / "art"
+    snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art), "--sign-key", str(priv))
+    bad = snapshotctl("restore", str(art), "--verify-key", str(other_pub), check=False)
+    assert bad.returncode == 1
+    assert "signature" in bad.stderr
+    assert ask_fails(port), "nothing may run after a failed verification"
+    rpid, _ = _restore_cli(art, tmp_path, "--verify-key", str(pub))
+    cleanup_pids.append(rpid)
+    assert ask("127.0.0.1", port)["count"] == "1"
+
+
+def ask_fails(port: int) -> bool:
+    try:
+        ask("127.0.0.1", port, timeout=0.3)
+    except AssertionError:
+        return True
+    return False
+
+
+def test_tampered_artifact_is_refused_before_anything_runs(tmp_path, cleanup_pids):
+    pid, port = start_counter(tmp_path)
+    cleanup_pids.append(pid)
+    art = tmp_path / "art"
+    checkpoint(CheckpointRequest(pid=pid, output=art))
+    pages = max((art / "criu").glob("pages-*.img"), key=lambda p: p.stat().st_size)
+    with open(pages, "r+b") as f:
+        f.seek(4096)
+        b = f.read(1)
+        f.seek(4096)
+        f.write(bytes([b[0] ^ 0xFF]))
+    with pytest.raises(VerificationError) as e:
+        restore(RestoreRequest(artifact=art))
+    assert [p.kind for p in e.value.problems] == ["modified"]
+    assert ask_fails(port)
+
+
+def test_full_disk_during_dump_leaves_no_artifact(tmp_path, cleanup_pids):
+    """CRIU runs out of space on a 1 MiB tmpfs (the workload has 16 MiB of state)."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
+    try:
+        pid, port = start_counter(tmp_path)
+        cleanup_pids.append(pid)
+        ask("127.0.0.1", port)
+        with pytest.raises(CriuError) as e:
+            checkpoint(CheckpointRequest(pid=pid, output=small / "art"))
+        assert e.value.log_lines, "the CRIU error lines are carried in the exception"
+        assert list(small.iterdir()) == [], "no artifact and no staging directory remain"
+        assert ask("127.0.0.1", port)["count"] == "2", "the source keeps running"
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+
+
+def test_checkpoint_errors_are_clear(tmp_path):
+    r = snapshotctl("checkpoint", "--pid", "999999", "--output", str(tmp_path / "a"), check=False)
+    assert r.returncode == 1
+    assert "no process with PID 999999" in r.stderr
+    assert not (tmp_path / "a").exists()
+
+
+def test_existing_output_is_never_overwritten(tmp_path, cleanup_pids):
+    pid, _ = start_counter(tmp_path)
+    cleanup_pids.append(pid)
+    art = tmp_path / "art"
+    art.mkdir()
+    (art / "keep").write_text("x")
+    r = snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art), check=False)
+    assert r.returncode == 1 and "already exists" in r.stderr
+    assert (art / "keep").read_text() == "x"
+    assert Path(f"/proc/{pid}").exists()
