@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from .contracts.manifest import Compat, GpuInfo
 from .criu.runner import criu_version, version_tuple
+from .cuda.driver import CudaDriver, driver_version
 from .errors import CompatReason
 
 
@@ -31,36 +32,31 @@ def kernel_series(release: str) -> tuple[int, ...]:
     return version_tuple(release)[:2]
 
 
-def host_info(with_gpus: bool, image_digest: str | None = None) -> HostInfo:
-    """Describe this host; the CUDA driver is only touched when ``with_gpus``."""
+def host_info(cuda: CudaDriver | None = None, image_digest: str | None = None) -> HostInfo:
+    """Describe this host; GPUs and driver are only read when a ``cuda`` handle is given."""
     info = HostInfo(
         arch=platform.machine(),
         kernel=os.uname().release,
         criu_version=criu_version(),
         image_digest=image_digest,
     )
-    if with_gpus:
-        from .cuda.driver import CudaDriver, driver_version
-
-        drv = CudaDriver()
+    if cuda is not None:
         info.driver_version = driver_version()
-        info.cuda_driver_version = drv.cuda_version()
-        info.gpus = drv.gpus()
+        info.cuda_driver_version = cuda.cuda_version()
+        info.gpus = cuda.gpus()
     return info
 
 
 def gpu_assignment(wanted: list[GpuInfo], have: list[GpuInfo]) -> list[GpuInfo | None]:
     """For each source GPU, the host GPU that takes its place: the same UUID if present,
-    otherwise the first unused GPU of the same product; None where there is none."""
-    free = list(have)
-    out: list[GpuInfo | None] = []
-    for g in wanted:
-        match = next((h for h in free if h.uuid == g.uuid), None) or next(
-            (h for h in free if h.product == g.product), None
-        )
-        if match is not None:
+    otherwise an unused GPU of the same product; None where there is none. Same-UUID matches
+    are taken first so a product match never steals a GPU that another source GPU owns."""
+    out: list[GpuInfo | None] = [next((h for h in have if h.uuid == g.uuid), None) for g in wanted]
+    free = [h for h in have if h not in out]
+    for i, g in enumerate(wanted):
+        if out[i] is None and (match := next((h for h in free if h.product == g.product), None)):
             free.remove(match)
-        out.append(match)
+            out[i] = match
     return out
 
 

@@ -77,6 +77,16 @@ def cuda_pids(root: int) -> list[int]:
     return [p for p in tree(root) if uses_nvidia_device(p)]
 
 
+def maps_nvidia_device(pid: int) -> bool:
+    """True when the process has an NVIDIA device node mapped into memory, which CRIU cannot
+    dump unless the CUDA checkpoint released it first."""
+    try:
+        with open(PROC / str(pid) / "maps") as f:
+            return any("/dev/nvidia" in line for line in f)
+    except (FileNotFoundError, PermissionError):
+        return False
+
+
 def cmdline(pid: int) -> list[str]:
     raw = (PROC / str(pid) / "cmdline").read_bytes()
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]

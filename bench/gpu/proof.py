@@ -31,6 +31,7 @@ from restore_runtime.contracts.handshake import RESTORE_COMPLETE, RestoreComplet
 from restore_runtime.criu import options  # noqa: E402
 
 CTL = [sys.executable, "-m", "restore_runtime.cli"]
+STARTED: list[int] = []  # workers started here, killed on the way out
 
 
 def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
@@ -96,7 +97,10 @@ def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dic
     """The lab notes' raw path: criu restore + CUDA restore/unlock, nothing else."""
     from cuda.bindings import driver as drv
 
-    drv.cuInit(0)
+    from restore_runtime import procs
+
+    (err,) = drv.cuInit(0)
+    assert err == drv.CUresult.CUDA_SUCCESS, f"cuInit: {err}"
     shutil.rmtree(work, ignore_errors=True)
     imgs = work / "images"
     imgs.mkdir(parents=True)
@@ -110,10 +114,15 @@ def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dic
                    check=True)  # fmt: skip
     t_criu = time.time() - t0
     pid = int((work / "pid").read_text())
-    (err,) = drv.cuCheckpointProcessRestore(pid, None)
-    assert err == drv.CUresult.CUDA_SUCCESS, err
-    (err,) = drv.cuCheckpointProcessUnlock(pid, None)
-    assert err == drv.CUresult.CUDA_SUCCESS, err
+    states = {p: drv.cuCheckpointProcessGetState(p) for p in procs.tree(pid)}
+    cuda = [p for p, (e, _) in states.items() if e == drv.CUresult.CUDA_SUCCESS]
+    print("raw restore: tree states", states, flush=True)
+    for p in cuda:
+        (err,) = drv.cuCheckpointProcessRestore(p, None)
+        assert err == drv.CUresult.CUDA_SUCCESS, f"restore {p}: {err}"
+    for p in cuda:
+        (err,) = drv.cuCheckpointProcessUnlock(p, None)
+        assert err == drv.CUresult.CUDA_SUCCESS, f"unlock {p}: {err}"
     t_cuda = time.time() - t0 - t_criu
     msg = RestoreComplete(pod_ip=None, hostname="raw", restored_at="", timings={})
     (ctl / RESTORE_COMPLETE).write_bytes(msg.to_json())
@@ -137,7 +146,19 @@ def restore_once(art: Path, ctl: Path, port: int, expect: str, pidfile: Path) ->
             "gpu_used_after_restore": used}  # fmt: skip
 
 
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the worker does
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
 def run(args) -> dict:
+    if not port_free(args.port):
+        raise RuntimeError(f"port {args.port} is taken: a worker from an earlier run is alive")
     base = Path(args.workdir)
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
@@ -146,6 +167,7 @@ def run(args) -> dict:
 
     t0 = time.time()
     pid = start_worker(args, port, ctl, base / "worker.log")
+    STARTED.append(pid)
     cold_s, ref = first_response(port, t0, 900)
     res["cold_start_s"] = round(cold_s, 3)
     res["reference_digest"] = ref
@@ -159,11 +181,15 @@ def run(args) -> dict:
     res["gpu_used_after_checkpoint"] = gpu_used_mib()
     res["verify"] = sh([*CTL, "verify", str(art)]).stdout.strip()
     res["restore"] = [restore_once(art, ctl, port, ref, base / "pid") for _ in range(2)]
-    res["raw_restore"] = raw_restore(art, ctl, base / "raw", port, ref)
+    try:
+        res["raw_restore"] = raw_restore(art, ctl, base / "raw", port, ref)
+    except Exception as e:
+        res["raw_restore"] = {"error": f"{type(e).__name__}: {e}", "first_response_s": None}
 
     if args.leave_running:
         t0 = time.time()
         pid = start_worker(args, port, ctl, base / "worker2.log")
+        STARTED.append(pid)
         warm_s, d = first_response(port, t0, 900)
         res["cold_start_warm_cache_s"] = round(warm_s, 3)
         res["cold_start_warm_cache_identical"] = d == ref
@@ -192,9 +218,11 @@ def run(args) -> dict:
     r0 = res["restore"][0]["first_response_s"]
     res["summary"] = {
         "restore_vs_cold": round(cold_s / r0, 2),
-        "engine_vs_raw": round(r0 / res["raw_restore"]["first_response_s"], 3),
+        "engine_vs_raw": round(r0 / raw, 3)
+        if (raw := res["raw_restore"]["first_response_s"])
+        else None,
         "all_identical": all(r["identical"] for r in res["restore"])
-        and res["raw_restore"]["identical"],
+        and res["raw_restore"].get("identical", True),
     }
     return res
 
@@ -220,6 +248,9 @@ def main() -> None:
     except Exception as e:  # the partial results are still worth keeping
         res["ok"] = False
         res["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        for pid in STARTED:
+            kill_tree(pid)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / f"{args.name}.json").write_text(json.dumps(res, indent=2))
     print(json.dumps(res, indent=2))

@@ -20,6 +20,7 @@ import sys
 import time
 
 import torch
+import torch._inductor.async_compile
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -97,6 +98,11 @@ def main() -> None:
     hs = Handshake()
     while True:
         if hs.enabled and hs.checkpoint_requested():
+            # torch.compile's worker pool holds forked copies of our NVIDIA mappings without
+            # a CUDA context; CRIU cannot dump those, so end it (it restarts on demand).
+            shutdown = getattr(torch._inductor.async_compile, "shutdown_compile_workers", None)
+            if shutdown:
+                shutdown()
             del kv
             kv = None
             torch.cuda.synchronize()

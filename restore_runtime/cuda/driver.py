@@ -107,6 +107,16 @@ class CudaDriver:
         self._check("cuCheckpointProcessGetState", err, pid)
         return st.name.removeprefix("CU_PROCESS_STATE_").lower()
 
+    def is_cuda_process(self, pid: int) -> bool:
+        """True when the driver holds CUDA state for ``pid``. Holding /dev/nvidia* open is not
+        enough: helper processes (torch.compile's workers, say) inherit those descriptors
+        without ever creating a context, and the driver answers NOT_INITIALIZED for them."""
+        err, _ = self._drv.cuCheckpointProcessGetState(pid)
+        if err == self._drv.CUresult.CUDA_ERROR_NOT_INITIALIZED:
+            return False
+        self._check("cuCheckpointProcessGetState", err, pid)
+        return True
+
     def lock(self, pid: int, timeout_ms: int = 0) -> None:
         args = None
         if timeout_ms:

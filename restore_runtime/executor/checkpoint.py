@@ -20,7 +20,7 @@ from ..artifact.pack import Staging, describe_files, write_manifest
 from ..compat import host_info
 from ..contracts.manifest import CHUNK_SIZE, CRIU_DIR, Compat, Cuda, Manifest, Network, Source
 from ..criu import options, runner
-from ..errors import SnapshotError
+from ..errors import CudaError, SnapshotError
 from ..netns import global_addresses
 from ..progress import Progress
 from ..timing import PhaseTimer
@@ -54,8 +54,8 @@ class _GpuState:
     """The CUDA processes of the tree, and how far their checkpoint got, so a failure can
     hand the GPU state back to a source that keeps running."""
 
-    def __init__(self, pids: list[int]) -> None:
-        self.pids = pids
+    def __init__(self) -> None:
+        self.pids: list[int] = []
         self.locked: list[int] = []
         self.checkpointed: list[int] = []
         self._drv = None
@@ -67,6 +67,22 @@ class _GpuState:
 
             self._drv = CudaDriver()
         return self._drv
+
+    def classify(self, root: int) -> None:
+        """Find the tree's CUDA processes. Run after the quiesce, which may end helpers.
+        Only processes holding NVIDIA device files can be CUDA processes: ask the driver
+        about those alone, so a CPU-only tree never touches it."""
+        candidates = procs.cuda_pids(root)
+        self.pids = [p for p in candidates if self.drv.is_cuda_process(p)]
+        stray = [p for p in candidates if p not in self.pids and procs.maps_nvidia_device(p)]
+        if stray:
+            raise CudaError(
+                f"process(es) {stray} map NVIDIA device memory without a CUDA context of "
+                "their own (children forked after CUDA initialisation, such as torch.compile's "
+                "worker pool); CRIU cannot dump them. End them when the workload quiesces "
+                "(torch: torch._inductor.async_compile.shutdown_compile_workers()) or start "
+                "them before CUDA is initialised."
+            )
 
     def suspend(self) -> None:
         for p in self.pids:
@@ -90,27 +106,31 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
     with timer.phase("setup"):
         procs.require(req.pid)
         runner.require_version()
-        gpu = _GpuState(procs.cuda_pids(req.pid))
+        gpu = _GpuState()
+        maybe_cuda = bool(procs.cuda_pids(req.pid))
         own_netns = procs.netns_inode(req.pid) != procs.netns_inode("self")
         pod_ips = global_addresses(f"/proc/{req.pid}/ns/net") if own_netns else []
-        host = host_info(with_gpus=bool(gpu.pids), image_digest=req.image_digest)
-        cuda_ns_pids = [procs.ns_pid(p) for p in gpu.pids]
+        host = host_info(gpu.drv if maybe_cuda else None, image_digest=req.image_digest)
         command = procs.cmdline(req.pid)
         staging = Staging(req.output)
         work = Path(tempfile.mkdtemp(prefix="snapshot-dump-"))
-    log.info("checkpoint of PID %d: %d CUDA process(es), own netns=%s, pod IPs %s",
-             req.pid, len(gpu.pids), own_netns, pod_ips)  # fmt: skip
+    log.info("checkpoint of PID %d: own netns=%s, pod IPs %s", req.pid, own_netns, pod_ips)
 
     quiesced = False
+    cuda_ns_pids: list[int] = []
     with staging:
         try:
             if req.control_dir:
                 with timer.phase("quiesce"):
                     handshake.request_checkpoint(req.control_dir, req.handshake_timeout_s)
                 quiesced = True
-            if gpu.pids:
+            if maybe_cuda:
                 with timer.phase("cuda"):
+                    gpu.classify(req.pid)
+                    # PIDs inside the namespace survive the restore; host PIDs do not.
+                    cuda_ns_pids = [procs.ns_pid(p) for p in gpu.pids]
                     gpu.suspend()
+                log.info("CUDA processes checkpointed: %s", gpu.pids)
             images = staging.dir / CRIU_DIR
             images.mkdir()
             dump = options.DumpOptions(

@@ -10,18 +10,20 @@ import os
 import shutil
 import signal
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from .. import handshake, procs
-from ..artifact.verify import manifest_digest, verify_or_raise
+from ..artifact.verify import load_manifest, manifest_digest, verify_or_raise
 from ..compat import check, gpu_pairs, host_info
 from ..contracts.annotations import RestoreOutcome
 from ..contracts.manifest import CRIU_DIR, Manifest
 from ..contracts.report import RestoreReport
 from ..criu import images, options, runner
+from ..cuda.driver import CudaDriver
 from ..errors import IncompatibleError, SnapshotError
 from ..netns import global_addresses, netns_path, rebind_map
 from ..progress import Progress
@@ -48,16 +50,22 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
     progress = progress or Progress(enabled=False)
     timer = PhaseTimer(progress.phase)
     artifact = req.artifact.absolute()
-    with timer.phase("verify"):
+    with timer.phase("verify"), ThreadPoolExecutor(1) as pool:
+        # Opening the CUDA driver (cuInit, ~0.2s) overlaps the hashing. The unverified
+        # manifest only decides whether to open it; nothing else is taken from it yet.
+        cuda = pool.submit(_open_cuda, artifact)
         manifest = verify_or_raise(artifact, req.verify_key, progress=progress.add_bytes)
         digest = manifest_digest(artifact)
+        drv = cuda.result() if manifest.uses_cuda else None
     work = Path(tempfile.mkdtemp(prefix="snapshot-restore-"))
     pid: int | None = None
     ok = False
     try:
         with timer.phase("setup"):
             runner.require_version()
-            host = host_info(with_gpus=manifest.uses_cuda, image_digest=req.image_digest)
+            if manifest.uses_cuda and drv is None:
+                drv = CudaDriver()  # raises the driver's own error
+            host = host_info(drv, image_digest=req.image_digest)
             if not req.skip_compat and (reasons := check(manifest.compat, host)):
                 raise IncompatibleError(reasons)
             image_dir = _stage_images(artifact / CRIU_DIR, work / "images")
@@ -87,7 +95,7 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
             pid = int(pidfile.read_text().strip())
         if manifest.uses_cuda:
             with timer.phase("cuda"):
-                _restore_gpu(manifest, pid, gpu_pairs(manifest.compat, host))
+                _restore_gpu(drv, manifest, pid, gpu_pairs(manifest.compat, host))
         pod_ip = new_ips[0] if new_ips else (manifest.network.pod_ips or [None])[0]
         with timer.phase("wake"):
             if req.control_dir:
@@ -126,10 +134,16 @@ def _stage_images(src: Path, dst: Path) -> Path:
     return dst
 
 
-def _restore_gpu(manifest: Manifest, root_pid: int, pairs: list[tuple[str, str]]) -> None:
-    from ..cuda.driver import CudaDriver
+def _open_cuda(artifact: Path) -> CudaDriver | None:
+    try:
+        return CudaDriver() if load_manifest(artifact).uses_cuda else None
+    except SnapshotError:
+        return None  # verification or the setup phase reports it properly
 
-    drv = CudaDriver()
+
+def _restore_gpu(
+    drv: CudaDriver, manifest: Manifest, root_pid: int, pairs: list[tuple[str, str]]
+) -> None:
     by_ns = procs.host_pids_by_ns_pid(root_pid)
     missing = [p for p in manifest.cuda.ns_pids if p not in by_ns]
     if missing:

@@ -17,7 +17,7 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from restore_runtime.workload import Handshake  # noqa: E402
+from restore_runtime.workload import Handshake
 
 
 def main() -> None:

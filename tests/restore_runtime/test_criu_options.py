@@ -1,0 +1,61 @@
+"""Pure CRIU option builders and log parsing (no CRIU needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from restore_runtime.criu import options
+from restore_runtime.criu.runner import error_lines, version_tuple
+
+
+def flag_value(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def test_dump_args_defaults():
+    a = options.dump_args(options.DumpOptions(pid=42, images_dir=Path("/i"), work_dir=Path("/w")))
+    assert a[0] == "dump"
+    assert flag_value(a, "--tree") == "42"
+    assert flag_value(a, "--images-dir") == "/i"
+    assert flag_value(a, "--work-dir") == "/w"
+    assert "--tcp-established" in a and "--leave-running" not in a
+    assert flag_value(a, "--ext-mount-map") == "auto"
+    assert "--external" not in a
+
+
+def test_dump_args_leave_running_and_external_netns():
+    o = options.DumpOptions(pid=1, images_dir=Path("/i"), work_dir=Path("/w"),
+                            leave_running=True, external_netns_inode=4026532000)  # fmt: skip
+    a = options.dump_args(o)
+    assert "--leave-running" in a
+    assert flag_value(a, "--external") == "net[4026532000]:extnet"
+
+
+def test_restore_args():
+    o = options.RestoreOptions(images_dir=Path("/i"), work_dir=Path("/w"),
+                               pidfile=Path("/w/p"), netns_fd=7)  # fmt: skip
+    a = options.restore_args(o)
+    assert a[0] == "restore"
+    assert "--restore-detached" in a and "--tcp-close" in a
+    assert flag_value(a, "--pidfile") == "/w/p"
+    assert flag_value(a, "--inherit-fd") == "fd[7]:extnet"
+    assert flag_value(a, "--root") == "/"
+    assert "--inherit-fd" not in options.restore_args(
+        options.RestoreOptions(images_dir=Path("/i"), work_dir=Path("/w"), pidfile=Path("/p"))
+    )
+
+
+def test_error_lines_skip_benign_and_keep_errors():
+    log = """(00.01) Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE for self: x
+(00.02) Dumping path for 3 fd via self 13 [/dev/null]
+(00.03) Error (criu/files-reg.c:1790): Can't lookup mount=24 for fd=0 path=/dev/null
+(00.04) Error (criu/cr-dump.c:1975): Dumping FAILED."""
+    assert error_lines(log) == [
+        "(00.03) Error (criu/files-reg.c:1790): Can't lookup mount=24 for fd=0 path=/dev/null",
+        "(00.04) Error (criu/cr-dump.c:1975): Dumping FAILED.",
+    ]
+
+
+def test_version_tuple():
+    assert version_tuple("4.2.1") == (4, 2, 1)
+    assert version_tuple("6.18.44-fc-v1098") == (6, 18, 44)
