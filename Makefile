@@ -18,7 +18,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml scripts/link-pycriu.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,gpu]'
+	$(PY) -m pip install -q -e '.[dev,gpu,demo]'
 	bash scripts/link-pycriu.sh $(VENV)
 	touch $(STAMP)
 
@@ -26,7 +26,7 @@ test: setup
 	$(PY) -m pytest
 
 demo: setup
-	$(PY) -m examples.cpu_demo
+	$(PY) -m examples.cpu_demo.run
 
 bench: setup
 	$(PY) -m bench.cpu

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from restore_runtime import sandbox
+from restore_runtime.probe import first_response, parse
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTER = ROOT / "tests" / "workloads" / "counter_server.py"
@@ -25,18 +26,11 @@ def free_port() -> int:
 
 def ask(host: str, port: int, timeout: float = 10.0) -> dict[str, str]:
     """One request; returns the parsed ``key=value`` reply. Retries until ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=2) as s:
-                line = s.makefile().readline()
-            if line:
-                return dict(kv.split("=", 1) for kv in line.split())
-        except OSError as e:
-            last = e
-        time.sleep(0.02)
-    raise AssertionError(f"no answer from {host}:{port} within {timeout}s: {last}")
+    try:
+        _, line = first_response(host, port, time.monotonic(), timeout)
+    except TimeoutError as e:
+        raise AssertionError(str(e)) from None
+    return parse(line)
 
 
 def kill(pid: int) -> None:

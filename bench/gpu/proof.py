@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from restore_runtime.contracts.handshake import RESTORE_COMPLETE, RestoreComplete  # noqa: E402
 from restore_runtime.criu import options  # noqa: E402
+from restore_runtime.probe import first_response  # noqa: E402
 
 CTL = [sys.executable, "-m", "restore_runtime.cli"]
 STARTED: list[int] = []  # workers started here, killed on the way out
@@ -40,30 +41,6 @@ def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     if p.returncode != 0:
         raise RuntimeError(f"{cmd[3] if len(cmd) > 3 else cmd}: rc={p.returncode}\n{p.stderr}")
     return p
-
-
-def ask(port: int) -> str | None:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
-            s.settimeout(120)
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(256)
-                if not chunk:
-                    break
-                data += chunk
-            return data.decode().strip() or None
-    except OSError:
-        return None
-
-
-def first_response(port: int, t0: float, timeout: float) -> tuple[float, str]:
-    while time.time() - t0 < timeout:
-        d = ask(port)
-        if d:
-            return time.time() - t0, d
-        time.sleep(0.005)
-    raise RuntimeError(f"no response on port {port} within {timeout}s")
 
 
 def kill_tree(pid: int) -> None:
@@ -108,11 +85,11 @@ def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dic
         (imgs / f.name).symlink_to(f)
     for f in ctl.iterdir():
         f.unlink()
-    t0 = time.time()
+    t0 = time.monotonic()
     o = options.RestoreOptions(images_dir=imgs, work_dir=work, pidfile=work / "pid")
     subprocess.run([os.environ.get("SNAPSHOT_CRIU", "criu"), *options.restore_args(o)],
                    check=True)  # fmt: skip
-    t_criu = time.time() - t0
+    t_criu = time.monotonic() - t0
     pid = int((work / "pid").read_text())
     states = {p: drv.cuCheckpointProcessGetState(p) for p in procs.tree(pid)}
     cuda = [p for p, (e, _) in states.items() if e == drv.CUresult.CUDA_SUCCESS]
@@ -123,10 +100,10 @@ def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dic
     for p in cuda:
         (err,) = drv.cuCheckpointProcessUnlock(p, None)
         assert err == drv.CUresult.CUDA_SUCCESS, f"unlock {p}: {err}"
-    t_cuda = time.time() - t0 - t_criu
+    t_cuda = time.monotonic() - t0 - t_criu
     msg = RestoreComplete(pod_ip=None, hostname="raw", restored_at="", timings={})
     (ctl / RESTORE_COMPLETE).write_bytes(msg.to_json())
-    t, d = first_response(port, t0, 300)
+    t, d = first_response("127.0.0.1", port, t0, 300)
     kill_tree(pid)
     return {"criu_s": round(t_criu, 3), "cuda_s": round(t_cuda, 3),
             "first_response_s": round(t, 3), "identical": d == expect}  # fmt: skip
@@ -135,10 +112,10 @@ def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dic
 def restore_once(art: Path, ctl: Path, port: int, expect: str, pidfile: Path) -> dict:
     for f in ctl.iterdir():
         f.unlink()
-    t0 = time.time()
+    t0 = time.monotonic()
     rep = json.loads(sh([*CTL, "restore", str(art), "--control-dir", str(ctl), "--json",
                          "--pidfile", str(pidfile)]).stdout)  # fmt: skip
-    t, d = first_response(port, t0, 300)
+    t, d = first_response("127.0.0.1", port, t0, 300)
     pid = int(pidfile.read_text())
     used = gpu_used_mib()
     kill_tree(pid)
@@ -165,10 +142,10 @@ def run(args) -> dict:
     ctl, art, port = base / "ctl", base / "artifact", args.port
     res: dict = {"model": {"layers": args.layers, "width": args.width, "kv_gb": args.kv_gb}}
 
-    t0 = time.time()
+    t0 = time.monotonic()
     pid = start_worker(args, port, ctl, base / "worker.log")
     STARTED.append(pid)
-    cold_s, ref = first_response(port, t0, 900)
+    cold_s, ref = first_response("127.0.0.1", port, t0, 900)
     res["cold_start_s"] = round(cold_s, 3)
     res["reference_digest"] = ref
     res["gpu_used_before_checkpoint"] = gpu_used_mib()
@@ -187,10 +164,10 @@ def run(args) -> dict:
         res["raw_restore"] = {"error": f"{type(e).__name__}: {e}", "first_response_s": None}
 
     if args.leave_running:
-        t0 = time.time()
+        t0 = time.monotonic()
         pid = start_worker(args, port, ctl, base / "worker2.log")
         STARTED.append(pid)
-        warm_s, d = first_response(port, t0, 900)
+        warm_s, d = first_response("127.0.0.1", port, t0, 900)
         res["cold_start_warm_cache_s"] = round(warm_s, 3)
         res["cold_start_warm_cache_identical"] = d == ref
         art2 = base / "artifact2"
@@ -210,8 +187,8 @@ def run(args) -> dict:
                 ]
             ).stdout
         )
-        t_after = time.time()
-        _, d2 = first_response(port, t_after, 60)
+        t_after = time.monotonic()
+        _, d2 = first_response("127.0.0.1", port, t_after, 60)
         res["leave_running"] = {"phases": ck2["timings"], "source_still_serving": True,
                                 "identical": d2 == ref}  # fmt: skip
         kill_tree(pid)

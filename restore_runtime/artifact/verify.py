@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -54,20 +55,26 @@ def unsafe_path(rel: str) -> str | None:
     return None
 
 
-def verify(
-    artifact: Path,
-    public_key: Ed25519PublicKey | None = None,
-    workers: int | None = None,
-    progress: ProgressFn | None = None,
-) -> tuple[Manifest | None, list[Problem]]:
+@dataclass
+class HashJob:
+    """The digests one listed file must have, and the slices to hash for them."""
+
+    entry: FileEntry
+    slices: list[Slice]
+
+
+def plan(
+    artifact: Path, public_key: Ed25519PublicKey | None = None
+) -> tuple[Manifest | None, list[Problem], list[HashJob]]:
+    """Every check that needs no hashing (manifest, signature, paths, presence, sizes,
+    extra files), plus the hash jobs left to run."""
     artifact = artifact.absolute()
-    raw_path = artifact / MANIFEST_NAME
     if not artifact.is_dir():
-        return None, [Problem(str(artifact), "missing", "artifact directory does not exist")]
+        return None, [Problem(str(artifact), "missing", "artifact directory does not exist")], []
     try:
-        raw = raw_path.read_bytes()
+        raw = (artifact / MANIFEST_NAME).read_bytes()
     except FileNotFoundError:
-        return None, [Problem(MANIFEST_NAME, "missing", "no manifest.json")]
+        return None, [Problem(MANIFEST_NAME, "missing", "no manifest.json")], []
     problems: list[Problem] = []
     if public_key is not None:
         try:
@@ -82,11 +89,11 @@ def verify(
     try:
         manifest = Manifest.from_json(raw)
     except ValidationError as e:
-        return None, [*problems, Problem(MANIFEST_NAME, "manifest", _first_error(e))]
+        return None, [*problems, Problem(MANIFEST_NAME, "manifest", _first_error(e))], []
 
     real_root = os.path.realpath(artifact)
     listed: set[str] = set()
-    to_hash: list[tuple[FileEntry, list[Slice]]] = []
+    jobs: list[HashJob] = []
     for entry in manifest.files:
         why = unsafe_path(entry.path)
         if why:
@@ -110,36 +117,47 @@ def verify(
             problems.append(Problem(entry.path, "unsafe-path", "not a regular file"))
             continue
         size = path.stat().st_size
-        if size < entry.size:
-            problems.append(
-                Problem(entry.path, "truncated", f"{size} bytes, expected {entry.size}")
-            )
-            continue
-        if size > entry.size:
-            problems.append(Problem(entry.path, "modified", f"{size} bytes, expected {entry.size}"))
+        if size != entry.size:
+            kind = "truncated" if size < entry.size else "modified"
+            problems.append(Problem(entry.path, kind, f"{size} bytes, expected {entry.size}"))
             continue
         parts = slices(path, entry.size, manifest.chunk_size)
-        expected_chunks = len(parts) if parts else 0
-        if len(entry.chunks) != expected_chunks:
+        if len(entry.chunks) != len(parts):
             problems.append(Problem(entry.path, "manifest", "chunk digests do not match its size"))
             continue
-        to_hash.append((entry, parts or [Slice(path, -1, 0, entry.size)]))
-
-    digests = hash_slices([s for _, ss in to_hash for s in ss], workers, progress)
-    for entry, ss in to_hash:
-        expected = entry.chunks if entry.chunks else [entry.sha256]
-        got = [digests[(s.path, s.index)] for s in ss]
-        bad = [i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b]
-        if bad:
-            where = "content" if not entry.chunks else f"chunk(s) {bad[:5]}"
-            problems.append(Problem(entry.path, "modified", f"sha256 mismatch in {where}"))
+        jobs.append(HashJob(entry, parts or [Slice(path, -1, 0, entry.size)]))
 
     for dirpath, dirs, files in os.walk(artifact):
         for name in files + [d for d in dirs if Path(dirpath, d).is_symlink()]:
             rel = Path(dirpath, name).relative_to(artifact).as_posix()
             if rel not in listed and rel not in (MANIFEST_NAME, SIGNATURE_NAME):
                 problems.append(Problem(rel, "extra", "on disk, not in the manifest"))
-    return manifest, problems
+    return manifest, problems, jobs
+
+
+def check_digests(
+    jobs: list[HashJob], workers: int | None = None, progress: ProgressFn | None = None
+) -> list[Problem]:
+    digests = hash_slices([s for j in jobs for s in j.slices], workers, progress)
+    problems = []
+    for j in jobs:
+        expected = j.entry.chunks or [j.entry.sha256]
+        got = [digests[(s.path, s.index)] for s in j.slices]
+        bad = [i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b]
+        if bad:
+            where = f"chunk(s) {bad[:5]}" if j.entry.chunks else "content"
+            problems.append(Problem(j.entry.path, "modified", f"sha256 mismatch in {where}"))
+    return problems
+
+
+def verify(
+    artifact: Path,
+    public_key: Ed25519PublicKey | None = None,
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
+) -> tuple[Manifest | None, list[Problem]]:
+    manifest, problems, jobs = plan(artifact, public_key)
+    return manifest, problems + check_digests(jobs, workers, progress)
 
 
 def verify_or_raise(

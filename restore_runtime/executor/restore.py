@@ -1,35 +1,45 @@
 """Restore: verify -> compat gates -> network rebinding -> CRIU restore -> CUDA restore +
-unlock -> restore-complete. Nothing from the artifact runs before verification passes, and a
-failure after CRIU restored the tree kills it, so no half-restored process keeps running."""
+unlock -> restore-complete.
+
+Nothing from the artifact runs before verification passes. To keep verification off the
+critical path, the page images (raw memory, by far the largest files and never parsed by
+CRIU) are hashed while CRIU restores with the tree left stopped; everything CRIU parses is
+verified before it starts. The tree continues only once every digest matched. A failure after
+CRIU restored the tree kills it, so no half-restored process keeps running.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from .. import handshake, procs
-from ..artifact.verify import load_manifest, manifest_digest, verify_or_raise
+from ..artifact.verify import check_digests, load_manifest, manifest_digest, plan
 from ..compat import check, gpu_pairs, host_info
 from ..contracts.annotations import RestoreOutcome
 from ..contracts.manifest import CRIU_DIR, Manifest
 from ..contracts.report import RestoreReport
 from ..criu import images, options, runner
 from ..cuda.driver import CudaDriver
-from ..errors import IncompatibleError, SnapshotError
+from ..errors import IncompatibleError, SnapshotError, VerificationError
 from ..netns import global_addresses, netns_path, rebind_map
 from ..progress import Progress
 from ..timing import PhaseTimer
 
 log = logging.getLogger(__name__)
+
+#: Memory contents: copied into the process as they are, never interpreted by CRIU.
+_PAGE_IMAGE = re.compile(rf"^{CRIU_DIR}/pages-\d+\.img$")
 
 
 @dataclass
@@ -50,17 +60,24 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
     progress = progress or Progress(enabled=False)
     timer = PhaseTimer(progress.phase)
     artifact = req.artifact.absolute()
-    with timer.phase("verify"), ThreadPoolExecutor(1) as pool:
-        # Opening the CUDA driver (cuInit, ~0.2s) overlaps the hashing. The unverified
-        # manifest only decides whether to open it; nothing else is taken from it yet.
-        cuda = pool.submit(_open_cuda, artifact)
-        manifest = verify_or_raise(artifact, req.verify_key, progress=progress.add_bytes)
-        digest = manifest_digest(artifact)
-        drv = cuda.result() if manifest.uses_cuda else None
+    pool = ThreadPoolExecutor(2)
     work = Path(tempfile.mkdtemp(prefix="snapshot-restore-"))
     pid: int | None = None
     ok = False
     try:
+        with timer.phase("verify"):
+            # Opening the CUDA driver (cuInit, ~0.2s) overlaps the hashing. The unverified
+            # manifest only decides whether to open it; nothing else is taken from it.
+            cuda = pool.submit(_open_cuda, artifact)
+            manifest, problems, jobs = plan(artifact, req.verify_key)
+            if problems or manifest is None:
+                raise VerificationError(problems)
+            pages = [j for j in jobs if _PAGE_IMAGE.match(j.entry.path)]
+            if problems := check_digests([j for j in jobs if j not in pages]):
+                raise VerificationError(problems)
+            late: Future = pool.submit(check_digests, pages, None, progress.add_bytes)
+            digest = manifest_digest(artifact)
+            drv = cuda.result() if manifest.uses_cuda else None
         with timer.phase("setup"):
             runner.require_version()
             if manifest.uses_cuda and drv is None:
@@ -80,19 +97,13 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
                     "the source shared the host's network namespace; it cannot be restored "
                     f"into {req.netns}"
                 )
-        pidfile = work / "restore.pid"
         with timer.phase("criu"):
-            netns_fd = os.open(target_ns, os.O_RDONLY) if manifest.network.external_netns else None
-            try:
-                opts = options.RestoreOptions(
-                    images_dir=image_dir, work_dir=work, pidfile=pidfile, netns_fd=netns_fd
-                )
-                fds = (netns_fd,) if netns_fd is not None else ()
-                runner.run(options.restore_args(opts), work / "restore.log", pass_fds=fds)
-            finally:
-                if netns_fd is not None:
-                    os.close(netns_fd)
-            pid = int(pidfile.read_text().strip())
+            pid = _criu_restore(manifest, image_dir, work, target_ns, late)
+        with timer.phase("verify-wait"):
+            if problems := late.result():
+                raise VerificationError(problems)
+            for p in procs.tree(pid):
+                os.kill(p, signal.SIGCONT)
         if manifest.uses_cuda:
             with timer.phase("cuda"):
                 _restore_gpu(drv, manifest, pid, gpu_pairs(manifest.compat, host))
@@ -108,6 +119,7 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
             _kill_tree(pid)
         raise
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         if ok:
             shutil.rmtree(work, ignore_errors=True)
         else:
@@ -121,6 +133,35 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
         podIP=pod_ip,
         timings=timer.result(),
     )
+
+
+def _criu_restore(
+    manifest: Manifest, image_dir: Path, work: Path, target_ns: str, late: Future
+) -> int:
+    """CRIU restore with the tree left stopped; return the root's host PID. When CRIU fails
+    on an artifact whose pages also fail verification, the verification error is the cause
+    worth reporting."""
+    pidfile = work / "restore.pid"
+    external = manifest.network.external_netns
+    netns_fd = os.open(target_ns, os.O_RDONLY) if external else None
+    try:
+        opts = options.RestoreOptions(
+            images_dir=image_dir,
+            work_dir=work,
+            pidfile=pidfile,
+            netns_fd=netns_fd,
+            leave_stopped=True,
+        )
+        fds = (netns_fd,) if netns_fd is not None else ()
+        runner.run(options.restore_args(opts), work / "restore.log", pass_fds=fds)
+    except SnapshotError:
+        if problems := late.result():
+            raise VerificationError(problems) from None
+        raise
+    finally:
+        if netns_fd is not None:
+            os.close(netns_fd)
+    return int(pidfile.read_text().strip())
 
 
 def _stage_images(src: Path, dst: Path) -> Path:

@@ -1,0 +1,62 @@
+"""CPU demo workload: a real model served over TCP, with a cold start worth skipping.
+
+At start it imports scikit-learn, loads the handwritten-digits data set that ships inside the
+package (nothing is downloaded) and trains a random forest, as a server loads and warms a
+model. Each connection gets ``digest=<sha256 of the predicted probabilities for a fixed
+batch> count=<requests served>``: a restored replica is correct when the digest equals the
+source's. It answers the snapshot handshake when SNAPSHOT_CONTROL_DIR is set.
+
+    python -m examples.cpu_demo.workload HOST PORT
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import sys
+import threading
+import time
+
+
+def main() -> None:
+    host, port = sys.argv[1], int(sys.argv[2])
+    t0 = time.monotonic()
+    from sklearn.datasets import load_digits
+    from sklearn.ensemble import RandomForestClassifier
+
+    from restore_runtime.workload import Handshake
+
+    x, y = load_digits(return_X_y=True)
+    model = RandomForestClassifier(n_estimators=400, random_state=0, n_jobs=1).fit(x, y)
+    batch = x[:64]
+    count = 0
+    lock = threading.Lock()
+    print(f"model ready in {time.monotonic() - t0:.2f}s", flush=True)
+
+    hs = Handshake()
+    if hs.enabled:
+
+        def quiesce() -> dict:
+            lock.acquire()
+            return {"served": count}
+
+        def resume(info) -> None:
+            print(f"resumed mode={info.mode} podIP={info.pod_ip}", flush=True)
+            lock.release()
+
+        hs.serve_in_background(quiesce, resume)
+
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((host, port))
+    srv.listen(16)
+    while True:
+        conn, _ = srv.accept()
+        with lock, conn:
+            count += 1
+            digest = hashlib.sha256(model.predict_proba(batch).tobytes()).hexdigest()[:16]
+            conn.sendall(f"digest={digest} count={count}\n".encode())
+
+
+if __name__ == "__main__":
+    main()
