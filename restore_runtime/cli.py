@@ -11,8 +11,11 @@ import logging
 import sys
 from pathlib import Path
 
+from . import handshake
 from .artifact import signing
 from .artifact.verify import load_manifest, manifest_digest, verify
+from .contracts.annotations import RestoreOutcome
+from .contracts.report import RestoreReport
 from .errors import SnapshotError
 from .executor import CheckpointRequest, RestoreRequest, checkpoint, restore
 from .progress import Progress, human
@@ -94,17 +97,30 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     key = signing.load_public_key(args.verify_key) if args.verify_key else None
-    report = restore(
-        RestoreRequest(
-            artifact=args.artifact,
-            pidfile=args.pidfile,
-            verify_key=key,
-            control_dir=args.control_dir,
-            netns=args.netns,
-            skip_compat=args.skip_compat,
-        ),
-        Progress(enabled=None if not args.json else False),
-    )
+    try:
+        report = restore(
+            RestoreRequest(
+                artifact=args.artifact,
+                pidfile=args.pidfile,
+                verify_key=key,
+                control_dir=args.control_dir,
+                netns=args.netns,
+                skip_compat=args.skip_compat,
+            ),
+            Progress(enabled=None if not args.json else False),
+        )
+    except SnapshotError as e:
+        if args.control_dir:
+            failed = RestoreReport(
+                outcome=RestoreOutcome.FAILED,
+                artifact=str(args.artifact),
+                reason=str(e),
+                failedPhase=e.phase,
+            )
+            handshake.write_report(args.control_dir, failed)
+        raise
+    if args.control_dir:
+        handshake.write_report(args.control_dir, report)
     _emit(
         args,
         json.loads(report.to_json()),

@@ -13,9 +13,11 @@ from .contracts.handshake import (
     CHECKPOINT_REQUESTED,
     READY_FOR_SNAPSHOT,
     RESTORE_COMPLETE,
+    RESTORE_REPORT,
     RestoreComplete,
     atomic_write,
 )
+from .contracts.report import RestoreReport
 from .errors import HandshakeTimeout, SnapshotError
 
 POLL_S = 0.02
@@ -68,3 +70,8 @@ def complete_restore(
         mode=mode,
     )
     atomic_write(control_dir / RESTORE_COMPLETE, msg.to_json())
+
+
+def write_report(control_dir: Path, report: RestoreReport) -> None:
+    """Leave the restore report where operators (and the node agent) look for it."""
+    atomic_write(control_dir / RESTORE_REPORT, report.to_json())

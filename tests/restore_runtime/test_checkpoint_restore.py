@@ -126,9 +126,15 @@ def test_signed_artifact_needs_matching_key(tmp_path, cleanup_pids):
     cleanup_pids.append(pid)
     art = tmp_path / "art"
     snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art), "--sign-key", str(priv))
-    bad = snapshotctl("restore", str(art), "--verify-key", str(other_pub), check=False)
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    bad = snapshotctl("restore", str(art), "--verify-key", str(other_pub), "--control-dir",
+                      str(ctl), check=False)  # fmt: skip
     assert bad.returncode == 1
     assert "signature" in bad.stderr
+    report = json.loads((ctl / "restore-report.json").read_text())
+    assert report["outcome"] == "failed" and report["failedPhase"] == "verify"
+    assert "manifest.sig" in report["reason"]
     assert ask_fails(port), "nothing may run after a failed verification"
     rpid, _ = _restore_cli(art, tmp_path, "--verify-key", str(pub))
     cleanup_pids.append(rpid)
