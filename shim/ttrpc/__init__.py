@@ -1,0 +1,1 @@
+"""ttrpc on asyncio: framing (pure), codec, per-connection protocol, server dispatch, client."""
