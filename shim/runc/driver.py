@@ -1,0 +1,147 @@
+"""The only module that runs ``runc``. Every call is async and fails with RuncError carrying
+runc's own message (its --log file, JSON lines, or stderr)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class RuncError(Exception):
+    def __init__(self, args: list[str], returncode: int, message: str) -> None:
+        self.returncode = returncode
+        self.message = message
+        super().__init__(f"runc {' '.join(args[:2])} failed ({returncode}): {message}")
+
+
+@dataclass
+class Stdio:
+    """File descriptors runc hands to the container's process (inherited by runc)."""
+
+    stdin: int | None = None
+    stdout: int | None = None
+    stderr: int | None = None
+
+
+@dataclass
+class Runc:
+    root: Path
+    binary: str = "runc"
+    log_dir: Path | None = None
+    #: CRIU binary for checkpoint/restore (runc's --criu), if not the one on PATH
+    criu: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def _base(self, id_: str) -> list[str]:
+        args = [self.binary, "--root", str(self.root)]
+        if self.log_dir is not None:
+            args += ["--log", str(self.log_dir / f"runc-{id_}.log"), "--log-format", "json"]
+        if self.criu:
+            args += ["--criu", self.criu]
+        return args
+
+    async def run(
+        self, id_: str, args: list[str], stdio: Stdio | None = None, capture: bool = True
+    ) -> str:
+        stdio = stdio or Stdio()
+        cmd = [*self._base(id_), *args]
+        log.debug("exec %s", cmd)
+        proc = await asyncio.create_subprocess_exec(
+            *cmd,
+            stdin=stdio.stdin if stdio.stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=stdio.stdout
+            if stdio.stdout is not None
+            else (asyncio.subprocess.PIPE if capture else asyncio.subprocess.DEVNULL),
+            stderr=stdio.stderr if stdio.stderr is not None else asyncio.subprocess.PIPE,
+            env={**os.environ, **self.extra_env},
+        )
+        out, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise RuncError(args, proc.returncode or -1, self._message(id_, err))
+        return (out or b"").decode()
+
+    def _message(self, id_: str, stderr: bytes | None) -> str:
+        lines: list[str] = []
+        if self.log_dir is not None:
+            try:
+                for line in (self.log_dir / f"runc-{id_}.log").read_text().splitlines()[-20:]:
+                    try:
+                        entry = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue
+                    if entry.get("level") in ("error", "fatal"):
+                        lines.append(entry.get("msg", ""))
+            except FileNotFoundError:
+                pass
+        text = (stderr or b"").decode(errors="replace").strip()
+        return "; ".join(lines[-3:]) or text or "(no message)"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def create(
+        self, id_: str, bundle: Path, pidfile: Path, stdio: Stdio, console_socket: str | None
+    ) -> None:
+        args = ["create", "--bundle", str(bundle), "--pid-file", str(pidfile)]
+        if console_socket:
+            args += ["--console-socket", console_socket]
+        await self.run(id_, [*args, id_], stdio, capture=False)
+
+    async def start(self, id_: str) -> None:
+        await self.run(id_, ["start", id_])
+
+    async def exec(
+        self, id_: str, spec_path: Path, pidfile: Path, stdio: Stdio, console_socket: str | None
+    ) -> None:
+        args = ["exec", "--detach", "--process", str(spec_path), "--pid-file", str(pidfile)]
+        if console_socket:
+            args += ["--console-socket", console_socket]
+        await self.run(id_, [*args, id_], stdio, capture=False)
+
+    async def kill(self, id_: str, sig: int, all_: bool = False) -> None:
+        await self.run(id_, ["kill", *(["--all"] if all_ else []), id_, str(sig)])
+
+    async def delete(self, id_: str, force: bool = False) -> None:
+        await self.run(id_, ["delete", *(["--force"] if force else []), id_])
+
+    async def state(self, id_: str) -> dict:
+        return json.loads(await self.run(id_, ["state", id_]))
+
+    async def ps(self, id_: str) -> list[int]:
+        return json.loads(await self.run(id_, ["ps", "--format", "json", id_])) or []
+
+    async def pause(self, id_: str) -> None:
+        await self.run(id_, ["pause", id_])
+
+    async def resume(self, id_: str) -> None:
+        await self.run(id_, ["resume", id_])
+
+    async def update(self, id_: str, resources_json: Path) -> None:
+        await self.run(id_, ["update", "--resources", str(resources_json), id_])
+
+    async def stats(self, id_: str) -> dict:
+        return json.loads(await self.run(id_, ["events", "--stats", id_]))
+
+    # -- checkpoint / restore --------------------------------------------------------------
+    async def checkpoint(
+        self, id_: str, image_path: Path, work_path: Path, leave_running: bool,
+        extra: list[str] | None = None,
+    ) -> None:  # fmt: skip
+        args = ["checkpoint", "--image-path", str(image_path), "--work-path", str(work_path),
+                "--tcp-established", "--file-locks"]  # fmt: skip
+        if leave_running:
+            args.append("--leave-running")
+        await self.run(id_, [*args, *(extra or []), id_])
+
+    async def restore(
+        self, id_: str, bundle: Path, image_path: Path, work_path: Path, pidfile: Path,
+        stdio: Stdio, extra: list[str] | None = None,
+    ) -> None:  # fmt: skip
+        args = ["restore", "--detach", "--bundle", str(bundle), "--image-path", str(image_path),
+                "--work-path", str(work_path), "--pid-file", str(pidfile),
+                "--file-locks"]  # fmt: skip
+        await self.run(id_, [*args, *(extra or []), id_], stdio, capture=False)

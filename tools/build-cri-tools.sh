@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds crictl and critest (CRI conformance) from the cri-tools Go module into a cache outside
+# the repository; a second run finds them and does nothing.
+set -euo pipefail
+CRI_TOOLS_VERSION=${CRI_TOOLS_VERSION:-v1.37.0}
+BIN=${SNAPSHOT_TOOLS_BIN:-/var/cache/snapshot-tools/bin}
+mkdir -p "$BIN"
+if [[ -x "$BIN/crictl" && -x "$BIN/critest" ]] && "$BIN/crictl" --version | grep -q "${CRI_TOOLS_VERSION#v}"; then
+  echo "crictl and critest ${CRI_TOOLS_VERSION} already in $BIN"; exit 0
+fi
+export GOBIN="$BIN" CGO_ENABLED=0 GOFLAGS=-mod=mod
+ldflags="-X sigs.k8s.io/cri-tools/pkg/version.Version=${CRI_TOOLS_VERSION}"
+go install -ldflags "$ldflags" "sigs.k8s.io/cri-tools/cmd/crictl@${CRI_TOOLS_VERSION}"
+go install -ldflags "$ldflags" "sigs.k8s.io/cri-tools/cmd/critest@${CRI_TOOLS_VERSION}"
+"$BIN/crictl" --version
