@@ -3,12 +3,14 @@ runc's own message (its --log file, JSON lines, or stderr)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..task.exits import Reaper
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ class Runc:
     #: CRIU binary for checkpoint/restore (runc's --criu), if not the one on PATH
     criu: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    reaper: Reaper | None = None
 
     def _base(self, id_: str) -> list[str]:
         args = [self.binary, "--root", str(self.root)]
@@ -52,19 +55,20 @@ class Runc:
         stdio = stdio or Stdio()
         cmd = [*self._base(id_), *args]
         log.debug("exec %s", cmd)
-        proc = await asyncio.create_subprocess_exec(
-            *cmd,
-            stdin=stdio.stdin if stdio.stdin is not None else asyncio.subprocess.DEVNULL,
+        if self.reaper is None:
+            raise RuntimeError("Runc needs a reaper (the shim's waitpid(-1) owner)")
+        code, out, err = await self.reaper.run(
+            cmd,
+            stdin=stdio.stdin,
             stdout=stdio.stdout
-            if stdio.stdout is not None
-            else (asyncio.subprocess.PIPE if capture else asyncio.subprocess.DEVNULL),
-            stderr=stdio.stderr if stdio.stderr is not None else asyncio.subprocess.PIPE,
+            if stdio.stdout is not None or capture
+            else os.open(os.devnull, os.O_WRONLY),
+            stderr=stdio.stderr,
             env={**os.environ, **self.extra_env},
         )
-        out, err = await proc.communicate()
-        if proc.returncode != 0:
-            raise RuncError(args, proc.returncode or -1, self._message(id_, err))
-        return (out or b"").decode()
+        if code != 0:
+            raise RuncError(args, code, self._message(id_, err))
+        return out.decode()
 
     def _message(self, id_: str, stderr: bytes | None) -> str:
         lines: list[str] = []

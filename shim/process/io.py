@@ -1,0 +1,135 @@
+"""Container stdio. containerd hands the shim FIFO paths (it reads stdout/stderr and writes
+stdin through them); the container gets pipes, and the shim copies between the two, as the
+runc shim does. Pipes rather than the FIFOs themselves keep the container's stdio
+checkpointable (CRIU dumps pipes as external; a FIFO on the host is not in its mounts)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+from dataclasses import dataclass, field
+
+from ..runc.driver import Stdio
+
+log = logging.getLogger(__name__)
+_CHUNK = 32 * 1024
+
+
+@dataclass
+class StdioPaths:
+    stdin: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    terminal: bool = False
+
+
+@dataclass
+class ProcessIO:
+    """Pipes between runc's process and containerd's FIFOs, and the tasks copying them."""
+
+    paths: StdioPaths
+    child: Stdio = field(default_factory=Stdio)
+    _close_after_start: list[int] = field(default_factory=list)
+    _tasks: list[asyncio.Task] = field(default_factory=list)
+    _stdin_w: int | None = None
+
+    @classmethod
+    async def open(cls, paths: StdioPaths) -> ProcessIO:
+        io = cls(paths)
+        if paths.stdin:
+            r, w = os.pipe()
+            io.child.stdin = r
+            io._close_after_start.append(r)
+            io._stdin_w = w
+            io._tasks.append(asyncio.ensure_future(io._copy_in(paths.stdin, w)))
+        for name in ("stdout", "stderr"):
+            path = getattr(paths, name)
+            if not path:
+                continue
+            r, w = os.pipe()
+            setattr(io.child, name, w)
+            io._close_after_start.append(w)
+            io._tasks.append(asyncio.ensure_future(io._copy_out(r, path)))
+        return io
+
+    def after_start(self) -> None:
+        """The process holds its ends now; drop ours so EOF propagates when it exits."""
+        for fd in self._close_after_start:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._close_after_start.clear()
+
+    def close_stdin(self) -> None:
+        if self._stdin_w is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._stdin_w)
+            self._stdin_w = None
+
+    async def wait_drained(self, timeout: float = 5.0) -> None:
+        """Wait for output copies to finish (the process exited and its pipes hit EOF)."""
+        outs = [t for t in self._tasks if not t.done()]
+        if outs:
+            await asyncio.wait(outs, timeout=timeout)
+
+    def close(self) -> None:
+        self.after_start()
+        self.close_stdin()
+        for t in self._tasks:
+            t.cancel()
+
+    async def _copy_out(self, r: int, fifo: str) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            # O_RDWR on a FIFO never blocks and survives containerd reconnecting.
+            w = await loop.run_in_executor(None, os.open, fifo, os.O_RDWR)
+        except OSError as e:
+            log.error("cannot open %s: %s", fifo, e)
+            os.close(r)
+            return
+        try:
+            while True:
+                data = await loop.run_in_executor(None, _read, r)
+                if not data:
+                    return
+                await loop.run_in_executor(None, _write_all, w, data)
+        finally:
+            os.close(r)
+            os.close(w)
+
+    async def _copy_in(self, fifo: str, w: int) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            r = await loop.run_in_executor(None, os.open, fifo, os.O_RDONLY)
+        except OSError as e:
+            log.error("cannot open %s: %s", fifo, e)
+            return
+        try:
+            while self._stdin_w is not None:
+                data = await loop.run_in_executor(None, _read, r)
+                if not data:
+                    break
+                await loop.run_in_executor(None, _write_all, w, data)
+        except OSError:
+            pass
+        finally:
+            os.close(r)
+            self.close_stdin()
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, _CHUNK)
+    except OSError as e:
+        if e.errno in (errno.EIO, errno.EBADF):
+            return b""
+        raise
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
