@@ -60,9 +60,7 @@ class Runc:
         code, out, err = await self.reaper.run(
             cmd,
             stdin=stdio.stdin,
-            stdout=stdio.stdout
-            if stdio.stdout is not None or capture
-            else os.open(os.devnull, os.O_WRONLY),
+            stdout=stdio.stdout if stdio.stdout is not None or capture else subprocess.DEVNULL,
             stderr=stdio.stderr,
             env={**os.environ, **self.extra_env},
         )
