@@ -1,0 +1,43 @@
+"""Mounting the container's rootfs from containerd's Mount list (overlay or bind), with
+mount(2) directly."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+_libc = ctypes.CDLL(None, use_errno=True)
+MS_RDONLY, MS_BIND, MS_REC, MNT_DETACH = 0x1, 0x1000, 0x4000, 0x2
+_FLAGS = {"ro": MS_RDONLY, "bind": MS_BIND, "rbind": MS_BIND | MS_REC}
+_IGNORED = {"rw", "defaults"}
+
+
+def parse_options(options: list[str]) -> tuple[int, str]:
+    """Split mount options into mount(2) flags and the data string."""
+    flags, data = 0, []
+    for o in options:
+        if o in _FLAGS:
+            flags |= _FLAGS[o]
+        elif o not in _IGNORED:
+            data.append(o)
+    return flags, ",".join(data)
+
+
+def mount(type_: str, source: str, target: str, options: list[str]) -> None:
+    flags, data = parse_options(options)
+    fstype = None if flags & MS_BIND else type_
+    if _libc.mount(
+        source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
+        data.encode() if data else None,
+    ) != 0:  # fmt: skip
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {type_} {source} on {target}: {os.strerror(err)}")
+    if flags & MS_BIND and flags & MS_RDONLY:  # a bind mount only becomes read-only on remount
+        _libc.mount(None, target.encode(), None, MS_BIND | MS_RDONLY | 0x20, None)
+
+
+def unmount(target: str) -> None:
+    if _libc.umount2(target.encode(), MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        if err not in (22, 2):  # EINVAL: not mounted; ENOENT: gone
+            raise OSError(err, f"umount {target}: {os.strerror(err)}")

@@ -1,0 +1,154 @@
+"""A container's processes: the init process (the container itself) and exec'd processes.
+The state objects in states.py decide what is allowed; the ``do_*`` methods here do it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..runc.driver import Runc, RuncError
+from ..ttrpc.codes import Code, RPCError
+from .io import ProcessIO, StdioPaths
+from .states import Created, State
+
+log = logging.getLogger(__name__)
+
+
+def runc_call(coro):
+    """Turn runc failures into RPC errors containerd understands."""
+
+    async def wrapped():
+        try:
+            return await coro
+        except RuncError as e:
+            if "does not exist" in e.message or "not found" in e.message:
+                raise RPCError(Code.NOT_FOUND, e.message) from e
+            raise RPCError(Code.UNKNOWN, str(e)) from e
+
+    return wrapped()
+
+
+@dataclass
+class Process:
+    container_id: str
+    exec_id: str
+    runc: Runc
+    stdio: StdioPaths
+    workdir: Path
+    state: State = field(default_factory=Created)
+    pid: int = 0
+    exit_status: int = 0
+    exited_at: float | None = None
+    io: ProcessIO | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def pidfile(self) -> Path:
+        return self.workdir / f"{self.exec_id or 'init'}.pid"
+
+    def set_exited(self, code: int) -> None:
+        self.exit_status = code
+        self.exited_at = time.time()
+        self.state = self.state.exited(self)
+        self.done.set()
+
+    async def do_kill(self, sig: int, all_: bool) -> None:
+        if self.pid <= 0:
+            raise RPCError(Code.NOT_FOUND, "process has no pid")
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            raise RPCError(Code.NOT_FOUND, "process already finished") from None
+
+    async def do_delete(self, never_started: bool = False) -> None:
+        if self.io is not None:
+            await self.io.wait_drained(timeout=2.0)
+            self.io.close()
+
+    async def do_pause(self) -> None:
+        raise RPCError(Code.UNIMPLEMENTED, "pausing a single exec process")
+
+    async def do_resume(self) -> None:
+        raise RPCError(Code.UNIMPLEMENTED, "resuming a single exec process")
+
+    def _read_pid(self) -> int:
+        return int(self.pidfile.read_text().strip())
+
+
+@dataclass
+class InitProcess(Process):
+    bundle: Path = Path()
+    #: set by the task service when the spec's annotations name an artifact
+    restorer: object | None = None
+
+    async def do_create(self) -> None:
+        self.io = await ProcessIO.open(self.stdio)
+        await runc_call(
+            self.runc.create(self.container_id, self.bundle, self.pidfile, self.io.child, None)
+        )
+        self.io.after_start()
+        self.pid = self._read_pid()
+
+    async def do_start(self) -> None:
+        await runc_call(self.runc.start(self.container_id))
+
+    async def do_restore_or_fallback(self) -> None:
+        """Restore from the artifact; on failure under the fallback policy, create and start
+        the container normally. The restorer decides and reports (shim/restore.py)."""
+        assert self.restorer is not None
+        await self.restorer.start(self)  # type: ignore[attr-defined]
+
+    async def do_kill(self, sig: int, all_: bool) -> None:
+        await runc_call(self.runc.kill(self.container_id, sig, all_))
+
+    async def do_delete(self, never_started: bool = False) -> None:
+        if not never_started:
+            try:
+                await self.runc.delete(self.container_id, force=True)
+            except RuncError as e:
+                if "does not exist" not in e.message:
+                    raise RPCError(Code.UNKNOWN, str(e)) from e
+        await super().do_delete()
+
+    async def do_pause(self) -> None:
+        await runc_call(self.runc.pause(self.container_id))
+
+    async def do_resume(self) -> None:
+        await runc_call(self.runc.resume(self.container_id))
+
+
+@dataclass
+class ExecProcess(Process):
+    spec: bytes = b""
+
+    async def do_start(self) -> None:
+        spec_path = self.workdir / f"{self.exec_id}.process.json"
+        spec_path.write_bytes(self.spec)
+        self.io = await ProcessIO.open(self.stdio)
+        try:
+            await runc_call(
+                self.runc.exec(self.container_id, spec_path, self.pidfile, self.io.child, None)
+            )
+        except RPCError:
+            self.io.close()
+            raise
+        self.io.after_start()
+        self.pid = self._read_pid()
+
+
+def validate_exec_spec(spec: bytes) -> None:
+    try:
+        d = json.loads(spec)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RPCError(Code.INVALID_ARGUMENT, f"exec spec is not JSON: {e}") from e
+    if not isinstance(d, dict) or not d.get("args"):
+        raise RPCError(Code.INVALID_ARGUMENT, "exec spec has no args")
+
+
+SIGKILL = signal.SIGKILL

@@ -1,0 +1,308 @@
+"""The task API: translates ttrpc RPCs into operations on containers and processes. Protobuf
+types stay here; process/ and runc/ never see them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf import empty_pb2
+
+from ..process import mounts
+from ..process.io import StdioPaths
+from ..process.process import ExecProcess, InitProcess, Process, validate_exec_spec
+from ..process.states import CreatedFromArtifact, Deleted
+from ..proto import events_pb2, shim_pb2, types_pb2
+from ..runc.driver import Runc
+from ..ttrpc.codes import Code, RPCError
+from ..ttrpc.server import Handler, Handlers
+from .events import Publisher, timestamp
+from .exits import Reaper
+
+log = logging.getLogger(__name__)
+SERVICE = "containerd.task.v2.Task"
+VERSION = "snapshot-shim/0.1.0"
+
+
+@dataclass
+class Container:
+    id: str
+    bundle: Path
+    init: InitProcess
+    execs: dict[str, ExecProcess] = field(default_factory=dict)
+    rootfs_mounted: bool = False
+
+    def process(self, exec_id: str) -> Process:
+        if not exec_id:
+            return self.init
+        p = self.execs.get(exec_id)
+        if p is None:
+            raise RPCError(Code.NOT_FOUND, f"exec {exec_id!r} not found in {self.id}")
+        return p
+
+
+RestorerFactory = Callable[[InitProcess, dict], object | None]
+
+
+class TaskService:
+    def __init__(
+        self,
+        runc: Runc,
+        reaper: Reaper,
+        publisher: Publisher,
+        workdir: Path,
+        restorer_factory: RestorerFactory | None = None,
+        on_empty: Callable[[], None] | None = None,
+    ) -> None:
+        self.runc, self.reaper, self.events = runc, reaper, publisher
+        self.workdir = workdir
+        self.containers: dict[str, Container] = {}
+        self.restorer_factory = restorer_factory
+        self.on_empty = on_empty
+        reaper.subscribe(self._on_exit)
+
+    def handlers(self) -> Handlers:
+        S = shim_pb2
+        table = {
+            "State": (self.state, S.StateRequest), "Create": (self.create, S.CreateTaskRequest),
+            "Start": (self.start, S.StartRequest), "Delete": (self.delete, S.DeleteRequest),
+            "Pids": (self.pids, S.PidsRequest), "Pause": (self.pause, S.PauseRequest),
+            "Resume": (self.resume, S.ResumeRequest), "Kill": (self.kill, S.KillRequest),
+            "Exec": (self.exec, S.ExecProcessRequest), "Wait": (self.wait, S.WaitRequest),
+            "ResizePty": (self.resize_pty, S.ResizePtyRequest),
+            "CloseIO": (self.close_io, S.CloseIORequest),
+            "Update": (self.update, S.UpdateTaskRequest), "Stats": (self.stats, S.StatsRequest),
+            "Connect": (self.connect, S.ConnectRequest),
+            "Shutdown": (self.shutdown, S.ShutdownRequest),
+            "Checkpoint": (self.checkpoint, S.CheckpointTaskRequest),
+        }  # fmt: skip
+        return {f"/{SERVICE}/{k}": Handler(fn, req) for k, (fn, req) in table.items()}
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _get(self, id_: str) -> Container:
+        c = self.containers.get(id_)
+        if c is None:
+            raise RPCError(Code.NOT_FOUND, f"container {id_!r} not found")
+        return c
+
+    def _on_exit(self, pid: int, code: int) -> None:
+        for c in self.containers.values():
+            for p in (c.init, *c.execs.values()):
+                if p.pid == pid and not p.done.is_set():
+                    p.set_exited(code)
+                    self.events.publish(
+                        events_pb2.TaskExit(container_id=c.id, id=p.exec_id or c.id, pid=pid,
+                                            exit_status=code, exited_at=timestamp(p.exited_at))
+                    )  # fmt: skip
+                    if p is c.init:
+                        # the container's other processes die with its init (runc shim does so)
+                        for e in c.execs.values():
+                            if not e.done.is_set() and e.pid:
+                                with contextlib.suppress(ProcessLookupError):
+                                    os.kill(e.pid, signal.SIGKILL)
+                    return
+
+    def _check_already_exited(self, p: Process) -> None:
+        """The process may have exited before its pid was known (reaped, not yet matched)."""
+        code = self.reaper.forget(p.pid)
+        if code is not None:
+            self._on_exit(p.pid, code)
+
+    # -- RPCs -------------------------------------------------------------------------------
+    async def create(self, r: shim_pb2.CreateTaskRequest) -> shim_pb2.CreateTaskResponse:
+        if not r.id:
+            raise RPCError(Code.INVALID_ARGUMENT, "container id is empty")
+        if r.id in self.containers:
+            raise RPCError(Code.ALREADY_EXISTS, f"container {r.id!r} already exists")
+        if r.terminal:
+            raise RPCError(Code.UNIMPLEMENTED, "terminal (tty) containers are not supported yet")
+        bundle = Path(r.bundle)
+        try:
+            spec = json.loads((bundle / "config.json").read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise RPCError(Code.INVALID_ARGUMENT, f"bad bundle {bundle}: {e}") from e
+        rootfs = bundle / "rootfs"
+        mounted = False
+        if len(r.rootfs) > 0:
+            rootfs.mkdir(exist_ok=True)
+            for m in r.rootfs:
+                try:
+                    mounts.mount(m.type, m.source, str(rootfs), list(m.options))
+                except OSError as e:
+                    raise RPCError(Code.INTERNAL, str(e)) from e
+            mounted = True
+        workdir = self.workdir / r.id
+        workdir.mkdir(parents=True, exist_ok=True)
+        init = InitProcess(
+            container_id=r.id, exec_id="", runc=self.runc, workdir=workdir, bundle=bundle,
+            stdio=StdioPaths(r.stdin, r.stdout, r.stderr, r.terminal),
+        )  # fmt: skip
+        c = Container(r.id, bundle, init, rootfs_mounted=mounted)
+        restorer = self.restorer_factory(init, spec) if self.restorer_factory else None
+        try:
+            if restorer is not None:
+                init.restorer = restorer
+                init.state = CreatedFromArtifact()
+            else:
+                await init.do_create()
+        except BaseException:
+            if mounted:
+                mounts.unmount(str(rootfs))
+            raise
+        self.containers[r.id] = c
+        if init.pid:
+            self._check_already_exited(init)
+        self.events.publish(
+            events_pb2.TaskCreate(
+                container_id=r.id, bundle=r.bundle, rootfs=list(r.rootfs), pid=init.pid,
+                io=events_pb2.TaskIO(stdin=r.stdin, stdout=r.stdout, stderr=r.stderr,
+                                     terminal=r.terminal),
+                checkpoint=r.checkpoint,
+            )
+        )  # fmt: skip
+        return shim_pb2.CreateTaskResponse(pid=init.pid)
+
+    async def start(self, r: shim_pb2.StartRequest) -> shim_pb2.StartResponse:
+        c = self._get(r.id)
+        p = c.process(r.exec_id)
+        p.state = await p.state.start(p)
+        if p.pid:
+            self._check_already_exited(p)
+        if r.exec_id:
+            self.events.publish(
+                events_pb2.TaskExecStarted(container_id=c.id, exec_id=r.exec_id, pid=p.pid)
+            )
+        else:
+            self.events.publish(events_pb2.TaskStart(container_id=c.id, pid=p.pid))
+        return shim_pb2.StartResponse(pid=p.pid)
+
+    async def delete(self, r: shim_pb2.DeleteRequest) -> shim_pb2.DeleteResponse:
+        c = self._get(r.id)
+        p = c.process(r.exec_id)
+        p.state = await p.state.delete(p)
+        if r.exec_id:
+            del c.execs[r.exec_id]
+        else:
+            if c.rootfs_mounted:
+                mounts.unmount(str(c.bundle / "rootfs"))
+            del self.containers[r.id]
+        resp = shim_pb2.DeleteResponse(pid=p.pid, exit_status=p.exit_status)
+        if p.exited_at:
+            resp.exited_at.CopyFrom(timestamp(p.exited_at))
+        self.events.publish(
+            events_pb2.TaskDelete(container_id=c.id, pid=p.pid, exit_status=p.exit_status,
+                                  exited_at=resp.exited_at, id=r.exec_id or c.id)
+        )  # fmt: skip
+        if not self.containers and self.on_empty:
+            self.on_empty()
+        return resp
+
+    async def exec(self, r: shim_pb2.ExecProcessRequest) -> empty_pb2.Empty:
+        c = self._get(r.id)
+        if r.exec_id in c.execs:
+            raise RPCError(Code.ALREADY_EXISTS, f"exec {r.exec_id!r} already exists")
+        if not r.exec_id:
+            raise RPCError(Code.INVALID_ARGUMENT, "exec id is empty")
+        if r.terminal:
+            raise RPCError(Code.UNIMPLEMENTED, "terminal (tty) exec is not supported yet")
+        if isinstance(c.init.state, Deleted) or c.init.done.is_set():
+            raise RPCError(Code.FAILED_PRECONDITION, f"container {c.id} is not running")
+        validate_exec_spec(r.spec.value)
+        c.execs[r.exec_id] = ExecProcess(
+            container_id=c.id, exec_id=r.exec_id, runc=self.runc, workdir=c.init.workdir,
+            stdio=StdioPaths(r.stdin, r.stdout, r.stderr, r.terminal), spec=r.spec.value,
+        )  # fmt: skip
+        self.events.publish(events_pb2.TaskExecAdded(container_id=c.id, exec_id=r.exec_id))
+        return empty_pb2.Empty()
+
+    async def state(self, r: shim_pb2.StateRequest) -> shim_pb2.StateResponse:
+        c = self._get(r.id)
+        p = c.process(r.exec_id)
+        resp = shim_pb2.StateResponse(
+            id=p.exec_id or c.id, bundle=str(c.bundle), pid=p.pid, status=p.state.status,
+            stdin=p.stdio.stdin, stdout=p.stdio.stdout, stderr=p.stdio.stderr,
+            terminal=p.stdio.terminal, exit_status=p.exit_status, exec_id=r.exec_id,
+        )  # fmt: skip
+        if p.exited_at:
+            resp.exited_at.CopyFrom(timestamp(p.exited_at))
+        return resp
+
+    async def kill(self, r: shim_pb2.KillRequest) -> empty_pb2.Empty:
+        c = self._get(r.id)
+        p = c.process(r.exec_id)
+        await p.state.kill(p, r.signal, r.all)
+        return empty_pb2.Empty()
+
+    async def wait(self, r: shim_pb2.WaitRequest) -> shim_pb2.WaitResponse:
+        c = self._get(r.id)
+        p = c.process(r.exec_id)
+        await p.done.wait()
+        resp = shim_pb2.WaitResponse(exit_status=p.exit_status)
+        if p.exited_at:
+            resp.exited_at.CopyFrom(timestamp(p.exited_at))
+        return resp
+
+    async def pids(self, r: shim_pb2.PidsRequest) -> shim_pb2.PidsResponse:
+        c = self._get(r.id)
+        pids = await self.runc.ps(c.id) if c.init.pid else []
+        return shim_pb2.PidsResponse(processes=[types_pb2.ProcessInfo(pid=p) for p in pids])
+
+    async def pause(self, r: shim_pb2.PauseRequest) -> empty_pb2.Empty:
+        c = self._get(r.id)
+        c.init.state = await c.init.state.pause(c.init)
+        return empty_pb2.Empty()
+
+    async def resume(self, r: shim_pb2.ResumeRequest) -> empty_pb2.Empty:
+        c = self._get(r.id)
+        c.init.state = await c.init.state.resume(c.init)
+        return empty_pb2.Empty()
+
+    async def close_io(self, r: shim_pb2.CloseIORequest) -> empty_pb2.Empty:
+        p = self._get(r.id).process(r.exec_id)
+        if p.io is not None and r.stdin:
+            p.io.close_stdin()
+        return empty_pb2.Empty()
+
+    async def resize_pty(self, r: shim_pb2.ResizePtyRequest) -> empty_pb2.Empty:
+        self._get(r.id).process(r.exec_id)
+        return empty_pb2.Empty()  # no terminals yet: nothing to resize
+
+    async def update(self, r: shim_pb2.UpdateTaskRequest) -> empty_pb2.Empty:
+        c = self._get(r.id)
+        if r.resources.value:
+            # CRI sends linux resources as an OCI LinuxResources JSON-compatible message;
+            # runc update takes the same JSON.
+            raise RPCError(Code.UNIMPLEMENTED, "resource updates are not supported yet")
+        del c
+        return empty_pb2.Empty()
+
+    async def stats(self, r: shim_pb2.StatsRequest) -> shim_pb2.StatsResponse:
+        self._get(r.id)
+        raise RPCError(Code.UNIMPLEMENTED, "stats are not supported yet")
+
+    async def checkpoint(self, r: shim_pb2.CheckpointTaskRequest) -> empty_pb2.Empty:
+        c = self._get(r.id)
+        raise RPCError(
+            Code.UNIMPLEMENTED,
+            f"checkpoint {c.id} with the node agent (snapshotctl), which packs a verified artifact",
+        )
+
+    async def connect(self, r: shim_pb2.ConnectRequest) -> shim_pb2.ConnectResponse:
+        c = self.containers.get(r.id)
+        return shim_pb2.ConnectResponse(
+            shim_pid=os.getpid(), task_pid=c.init.pid if c else 0, version=VERSION
+        )
+
+    async def shutdown(self, r: shim_pb2.ShutdownRequest) -> empty_pb2.Empty:
+        if self.containers and not r.now:
+            return empty_pb2.Empty()  # still serving other containers of the pod
+        if self.on_empty:
+            asyncio.get_running_loop().call_later(0.05, self.on_empty)
+        return empty_pb2.Empty()
