@@ -200,8 +200,6 @@ class TaskService:
             events_pb2.TaskDelete(container_id=c.id, pid=p.pid, exit_status=p.exit_status,
                                   exited_at=resp.exited_at, id=r.exec_id or c.id)
         )  # fmt: skip
-        if not self.containers and self.on_empty:
-            self.on_empty()
         return resp
 
     async def exec(self, r: shim_pb2.ExecProcessRequest) -> empty_pb2.Empty:

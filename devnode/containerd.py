@@ -1,0 +1,132 @@
+"""Start and stop a private containerd (its own root, state, sockets and CNI config) with the
+CRI plugin, CNI bridge networking and the ``snapshot`` runtime (our shim) registered."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .images import write_oci_archive
+
+NAMESPACE = "k8s.io"
+PAUSE_IMAGE = "localhost/snapshot/pause:1"
+BUSYBOX_IMAGE = "localhost/snapshot/busybox:1"
+CNI_BIN = "/usr/lib/cni"
+
+RUNTIME_DROPIN = """\
+# Registers runtime handler "snapshot" (RuntimeClass snapshot) with containerd's CRI plugin.
+# The pod annotations listed here reach the shim through the OCI spec.
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.snapshot]
+  runtime_type = "io.containerd.snapshot.v2"
+  pod_annotations = ["nvidia.com/*", "snapshot.nvidia.com/*"]
+"""
+
+
+def config_toml(base: Path, subnet: str) -> str:
+    return f"""version = 2
+root = "{base}/root"
+state = "{base}/state"
+imports = ["{base}/conf.d/*.toml"]
+[grpc]
+  address = "{base}/containerd.sock"
+[ttrpc]
+  address = "{base}/containerd.sock.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  # These VMs lack CAP_SYS_RESOURCE: a negative oom_score_adj cannot be written.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN}"
+    conf_dir = "{base}/cni"
+"""
+
+
+def cni_conflist(bridge: str, subnet: str) -> str:
+    return f"""{{
+  "cniVersion": "1.0.0",
+  "name": "{bridge}",
+  "plugins": [
+    {{"type": "bridge", "bridge": "{bridge}", "isGateway": true, "ipMasq": false,
+      "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{subnet}"}}]],
+               "dataDir": "/run/{bridge}-ipam"}}}},
+    {{"type": "portmap", "capabilities": {{"portMappings": true}}}}
+  ]
+}}
+"""
+
+
+@dataclass
+class Containerd:
+    base: Path
+    subnet: str = "10.233.0.0/24"
+    bridge: str = "snapbr0"
+    bin_dirs: list[str] = field(default_factory=list)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return str(self.base / "containerd.sock")
+
+    def env(self) -> dict[str, str]:
+        path = ":".join([*self.bin_dirs, os.environ.get("PATH", "/usr/bin:/bin")])
+        return {**os.environ, "PATH": path}
+
+    def start(self, timeout: float = 30.0) -> None:
+        for d in ("conf.d", "cni", "root", "state"):
+            (self.base / d).mkdir(parents=True, exist_ok=True)
+        (self.base / "config.toml").write_text(config_toml(self.base, self.subnet))
+        (self.base / "conf.d" / "snapshot-runtime.toml").write_text(RUNTIME_DROPIN)
+        (self.base / "cni" / "10-snapshot.conflist").write_text(
+            cni_conflist(self.bridge, self.subnet)
+        )
+        with open(self.base / "containerd.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                ["containerd", "--config", str(self.base / "config.toml")],
+                stdout=log, stderr=log, env=self.env(), start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while not Path(self.address).exists() or self.ctr("version", check=False).returncode:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"containerd did not start; see {self.base}/containerd.log")
+            time.sleep(0.1)
+        for name, cmd in ((PAUSE_IMAGE, ["sleep", "2147483647"]), (BUSYBOX_IMAGE, ["sh"])):
+            archive = self.base / f"{name.rsplit('/', 1)[-1]}.tar"
+            write_oci_archive(archive, name, cmd)
+            self.ctr("images", "import", str(archive))
+
+    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["ctr", "--address", self.address, "-n", NAMESPACE, *args],
+            capture_output=True, text=True, check=check, env=self.env(),
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        """Stop containerd, every container it ran, and unmount what they left."""
+        with contextlib.suppress(Exception):
+            for line in self.ctr("tasks", "ls", "-q", check=False).stdout.split():
+                self.ctr("tasks", "kill", "-s", "SIGKILL", line, check=False)
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        # shims run in their own sessions and outlive containerd by design
+        subprocess.run(["pkill", "-f", "--", f"-address {self.address}"], check=False)
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            target = line.split()[1]
+            if target.startswith(str(self.base)):
+                subprocess.run(["umount", "-l", target], check=False)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+        shutil.rmtree(self.base, ignore_errors=True)

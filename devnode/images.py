@@ -1,0 +1,80 @@
+"""OCI images built locally (no registry is reachable): a busybox-static image, usable as the
+CRI sandbox ("pause") image and as a container image."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+BUSYBOX = Path("/bin/busybox")
+APPLETS = (
+    "sh sleep echo cat ls httpd nc wget true false env ps kill id hostname ip date mkdir rm "
+    "touch head"
+).split()
+
+
+def _blob(out: tarfile.TarFile, data: bytes) -> tuple[str, int]:
+    digest = hashlib.sha256(data).hexdigest()
+    info = tarfile.TarInfo(f"blobs/sha256/{digest}")
+    info.size = len(data)
+    out.addfile(info, io.BytesIO(data))
+    return f"sha256:{digest}", len(data)
+
+
+def busybox_layer() -> bytes:
+    src = shutil.which("busybox") or str(BUSYBOX)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for d in ("bin", "tmp", "proc", "sys", "dev", "etc", "www"):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
+            t.addfile(info)
+        t.add(src, "bin/busybox")
+        for a in APPLETS:
+            info = tarfile.TarInfo(f"bin/{a}")
+            info.type, info.linkname = tarfile.SYMTYPE, "busybox"
+            t.addfile(info)
+        for name, text in (("etc/passwd", "root:x:0:0:root:/:/bin/sh\n"),
+                           ("etc/group", "root:x:0:\n")):  # fmt: skip
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def write_oci_archive(path: Path, name: str, cmd: list[str]) -> None:
+    """An OCI image layout tar that ``ctr images import`` names ``name``."""
+    layer = busybox_layer()
+    with tarfile.open(path, "w") as out:
+        layer_digest, layer_size = _blob(out, layer)
+        config = json.dumps({
+            "architecture": "amd64", "os": "linux",
+            "config": {"Cmd": cmd, "Env": ["PATH=/bin"], "WorkingDir": "/"},
+            "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+        }).encode()  # fmt: skip
+        config_digest, config_size = _blob(out, config)
+        manifest = json.dumps({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                       "digest": config_digest, "size": config_size},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                        "digest": layer_digest, "size": layer_size}],
+        }).encode()  # fmt: skip
+        manifest_digest, manifest_size = _blob(out, manifest)
+        index = json.dumps({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "digest": manifest_digest, "size": manifest_size,
+                           "annotations": {"io.containerd.image.name": name,
+                                           "org.opencontainers.image.ref.name": name}}],
+        }).encode()  # fmt: skip
+        for fname, data in (("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+                            ("index.json", index)):  # fmt: skip
+            info = tarfile.TarInfo(fname)
+            info.size = len(data)
+            out.addfile(info, io.BytesIO(data))

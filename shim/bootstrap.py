@@ -1,0 +1,183 @@
+"""containerd shim v2 bootstrap: ``start`` (find or launch the pod's shim, print its
+address), ``delete`` (clean up after a dead shim), serve mode, and ``-v``.
+
+containerd runs ``containerd-shim-snapshot-v2 -namespace NS -address ADDR -publish-binary BIN
+-id ID [-debug] start|delete`` with the bundle as working directory and TTRPC_ADDRESS in the
+environment. Containers of one pod share one shim process, keyed on the CRI sandbox id, as
+the runc shim does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .proto import shim_pb2
+from .runc.driver import Runc
+from .task.events import Publisher, timestamp
+from .task.exits import Reaper, become_subreaper
+from .task.service import SERVICE, VERSION, TaskService
+from .ttrpc.server import serve_unix
+
+log = logging.getLogger("shim")
+SANDBOX_ID = "io.kubernetes.cri.sandbox-id"
+STATE_DIR = Path(os.environ.get("SNAPSHOT_SHIM_STATE_DIR", "/run/containerd"))
+RUNC_ROOT = Path(os.environ.get("SNAPSHOT_RUNC_ROOT", "/run/containerd/runc"))
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    # containerd passes Go-style single-dash flags.
+    p = argparse.ArgumentParser(prog="containerd-shim-snapshot-v2", allow_abbrev=False)
+    p.add_argument("-namespace", default=os.environ.get("NAMESPACE", "default"))
+    p.add_argument("-id", default="")
+    p.add_argument("-address", default="")
+    p.add_argument("-publish-binary", dest="publish_binary", default="")
+    p.add_argument("-bundle", default="")
+    p.add_argument("-socket", default="")
+    p.add_argument("-debug", action="store_true")
+    p.add_argument("-v", dest="version", action="store_true")
+    p.add_argument("action", nargs="?", default="serve")
+    return p.parse_args(argv)
+
+
+def grouping_id(bundle: Path, id_: str) -> str:
+    try:
+        spec = json.loads((bundle / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return id_
+    return (spec.get("annotations") or {}).get(SANDBOX_ID) or id_
+
+
+def socket_path(address: str, namespace: str, group: str) -> Path:
+    digest = hashlib.sha256(os.path.join(address, namespace, group).encode()).hexdigest()
+    return STATE_DIR / "s" / digest
+
+
+def _connectable(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    bundle = Path.cwd()
+    path = socket_path(args.address, args.namespace, grouping_id(bundle, args.id))
+    address = f"unix://{path}"
+    if path.exists() and _connectable(path):
+        (bundle / "address").write_text(address)
+        print(address, end="")
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    os.chmod(path, 0o600)
+    listener.listen(128)
+    argv = [sys.argv[0], "-namespace", args.namespace, "-id", args.id, "-address", args.address,
+            "-publish-binary", args.publish_binary, "-socket", str(path)]  # fmt: skip
+    if args.debug:
+        argv.append("-debug")
+    os.set_inheritable(listener.fileno(), True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "shim", *argv[1:], "serve"],
+        cwd=bundle, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+        pass_fds=(listener.fileno(),), env={**os.environ, "SNAPSHOT_SHIM_LISTEN_FD":
+                                            str(listener.fileno())},
+    )  # fmt: skip
+    (bundle / "shim.pid").write_text(str(child.pid))
+    (bundle / "address").write_text(address)
+    print(address, end="")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    """Called by containerd when the shim is gone: force-delete the container, unmount its
+    rootfs, and report it killed."""
+    bundle = Path(args.bundle) if args.bundle else Path.cwd()
+    root = RUNC_ROOT / args.namespace
+    subprocess.run(["runc", "--root", str(root), "delete", "--force", args.id],
+                   capture_output=True, check=False)  # fmt: skip
+    subprocess.run(["umount", "-l", str(bundle / "rootfs")], capture_output=True, check=False)
+    resp = shim_pb2.DeleteResponse(exit_status=128 + signal.SIGKILL)
+    resp.exited_at.CopyFrom(timestamp(time.time()))
+    sys.stdout.buffer.write(resp.SerializeToString())
+    return 0
+
+
+def _setup_logging(bundle: Path, debug: bool) -> None:
+    handlers: list[logging.Handler] = [logging.FileHandler(bundle / "shim.log")]
+    with contextlib.suppress(OSError):
+        # containerd reads the "log" FIFO in the bundle into its own log.
+        fd = os.open(bundle / "log", os.O_WRONLY | os.O_NONBLOCK)
+        os.set_blocking(fd, True)
+        handlers.append(logging.StreamHandler(os.fdopen(fd, "w", buffering=1)))
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO, handlers=handlers,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )  # fmt: skip
+
+
+async def serve(args: argparse.Namespace) -> None:
+    bundle = Path.cwd()
+    _setup_logging(bundle, args.debug)
+    become_subreaper()
+    reaper = Reaper()
+    reaper.start()
+    ttrpc_address = os.environ.get("TTRPC_ADDRESS") or f"{args.address}.ttrpc"
+    publisher = Publisher(ttrpc_address, args.namespace)
+    publisher.start()
+    runc = Runc(root=RUNC_ROOT / args.namespace, log_dir=None, reaper=reaper)
+    stop = asyncio.Event()
+    workdir = STATE_DIR / "snapshot-shim" / args.namespace
+    from .restore import make_restorer
+
+    service = TaskService(runc, reaper, publisher, workdir, make_restorer, on_empty=stop.set)
+    fd = int(os.environ.get("SNAPSHOT_SHIM_LISTEN_FD", "3"))
+    sock = socket.socket(fileno=fd)
+    server = await serve_unix(service.handlers(), sock=sock)
+    log.info(
+        "%s serving %s for %s/%s on %s", VERSION, SERVICE, args.namespace, args.id, args.socket
+    )
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    server.close()
+    await publisher.flush()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(args.socket)
+    log.info("shim exiting")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.version:
+        print(f"containerd-shim-snapshot-v2 {VERSION}\n  runtime: io.containerd.snapshot.v2")
+        return 0
+    if args.action == "start":
+        return cmd_start(args)
+    if args.action == "delete":
+        return cmd_delete(args)
+    if args.action == "serve":
+        asyncio.run(serve(args))
+        # Threads copying stdio may sit in blocking reads of FIFOs nobody will close: the
+        # containers are gone, so end the process without waiting for them.
+        logging.shutdown()
+        os._exit(0)
+    print(f"unknown action {args.action!r}", file=sys.stderr)
+    return 2
