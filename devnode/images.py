@@ -11,10 +11,29 @@ import tarfile
 from pathlib import Path
 
 BUSYBOX = Path("/bin/busybox")
-APPLETS = (
-    "sh sleep echo cat ls httpd nc wget true false env ps kill id hostname ip date mkdir rm "
-    "touch head"
-).split()
+APPLETS = [
+    "sh",
+    "sleep",
+    "echo",
+    "cat",
+    "ls",
+    "httpd",
+    "nc",
+    "wget",
+    "true",
+    "false",
+    "env",
+    "ps",
+    "kill",
+    "id",
+    "hostname",
+    "ip",
+    "date",
+    "mkdir",
+    "rm",
+    "touch",
+    "head",
+]
 
 
 def _blob(out: tarfile.TarFile, data: bytes) -> tuple[str, int]:
