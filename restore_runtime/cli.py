@@ -18,6 +18,7 @@ from .contracts.annotations import RestoreOutcome
 from .contracts.report import RestoreReport
 from .errors import SnapshotError
 from .executor import CheckpointRequest, RestoreRequest, checkpoint, restore
+from .executor.runners import RuncContainer
 from .progress import Progress, human
 
 
@@ -27,7 +28,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     c = sub.add_parser("checkpoint", help="checkpoint a process tree into an artifact")
-    c.add_argument("--pid", type=int, required=True, help="root of the tree (its PID 1)")
+    src = c.add_mutually_exclusive_group(required=True)
+    src.add_argument("--pid", type=int, help="root of the process tree (its PID 1)")
+    src.add_argument("--container", help="a runc container id (checkpointed through runc)")
+    c.add_argument(
+        "--runc-root",
+        type=Path,
+        default=Path("/run/containerd/runc/k8s.io"),
+        help="runc state root of --container (default: containerd's k8s.io)",
+    )
     c.add_argument("--output", type=Path, required=True, help="artifact directory to create")
     c.add_argument("--leave-running", action="store_true", help="source continues after dump")
     c.add_argument("--sign-key", type=Path, help="Ed25519 private key (PEM) to sign with")
@@ -75,7 +84,8 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     key = signing.load_private_key(args.sign_key) if args.sign_key else None
     res = checkpoint(
         CheckpointRequest(
-            pid=args.pid,
+            pid=args.pid or 0,
+            container=RuncContainer(args.runc_root, args.container) if args.container else None,
             output=args.output,
             leave_running=args.leave_running,
             sign_key=key,
@@ -89,7 +99,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         args,
         {"artifact": str(res.path), "manifestDigest": res.digest, "sizeBytes": m.size_bytes,
          "cuda": m.uses_cuda, "timings": m.timings},
-        f"checkpointed PID {args.pid} -> {res.path} ({human(m.size_bytes)}, "
+        f"checkpointed {args.container or f'PID {args.pid}'} -> {res.path} ({human(m.size_bytes)}, "
         f"{m.timings['total']:.2f}s: {_phases(m.timings)})",
     )  # fmt: skip
     return 0

@@ -19,19 +19,23 @@ from .. import handshake, procs
 from ..artifact.pack import Staging, describe_files, write_manifest
 from ..compat import host_info
 from ..contracts.manifest import CHUNK_SIZE, CRIU_DIR, Compat, Cuda, Manifest, Network, Source
-from ..criu import options, runner
+from ..criu import runner
 from ..errors import CudaError, SnapshotError
 from ..netns import global_addresses
 from ..progress import Progress
 from ..timing import PhaseTimer
+from .runners import CriuDumper, Dumper, RuncContainer, RuncDumper
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class CheckpointRequest:
-    pid: int
     output: Path
+    #: root of the process tree; for a container, taken from runc when not given
+    pid: int = 0
+    #: a container to checkpoint through runc (else the tree is dumped with CRIU directly)
+    container: RuncContainer | None = None
     leave_running: bool = False
     sign_key: Ed25519PrivateKey | None = None
     control_dir: Path | None = None
@@ -104,6 +108,9 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
     progress = progress or Progress(enabled=False)
     timer = PhaseTimer(progress.phase)
     with timer.phase("setup"):
+        if req.container is not None and not req.pid:
+            req.pid = req.container.init_pid()
+        dumper: Dumper = RuncDumper(req.container) if req.container else CriuDumper()
         procs.require(req.pid)
         runner.require_version()
         gpu = _GpuState()
@@ -133,17 +140,11 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
                 log.info("CUDA processes checkpointed: %s", gpu.pids)
             images = staging.dir / CRIU_DIR
             images.mkdir()
-            dump = options.DumpOptions(
-                pid=req.pid,
-                images_dir=images,
-                work_dir=work,
-                leave_running=req.leave_running,
-                external_netns_inode=procs.netns_inode(req.pid) if own_netns else None,
-            )
             with timer.phase("criu"):
                 stop_watch = progress.watch_dir(images)
                 try:
-                    runner.run(options.dump_args(dump), work / "dump.log")
+                    dumper.dump(req.pid, images, work, req.leave_running,
+                                procs.netns_inode(req.pid) if own_netns else None)  # fmt: skip
                 finally:
                     stop_watch()
         except BaseException:
@@ -153,6 +154,7 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
             with timer.phase("resume"):
                 _give_back(req, gpu, quiesced)
         with timer.phase("pack"):
+            dumper.pack_extra(staging.dir)
             files = describe_files(staging.dir, CHUNK_SIZE, progress=progress.add_bytes)
         manifest = Manifest(
             source=Source(

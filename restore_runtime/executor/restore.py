@@ -18,7 +18,7 @@ import shutil
 import signal
 import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -29,12 +29,13 @@ from ..compat import check, gpu_pairs, host_info
 from ..contracts.annotations import RestoreOutcome
 from ..contracts.manifest import CRIU_DIR, Manifest
 from ..contracts.report import RestoreReport
-from ..criu import images, options, runner
+from ..criu import images, runner
 from ..cuda.driver import CudaDriver
 from ..errors import IncompatibleError, SnapshotError, VerificationError
 from ..netns import global_addresses, netns_path, rebind_map
 from ..progress import Progress
 from ..timing import PhaseTimer
+from .runners import CriuRestorer, Restorer
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class RestoreRequest:
     netns: str | None = None
     skip_compat: bool = False
     image_digest: str | None = None
+    #: how the tree is restored: CRIU directly, or runc for a container (the shim)
+    restorer: Restorer = field(default_factory=CriuRestorer)
 
 
 def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreReport:
@@ -85,6 +88,7 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
             host = host_info(drv, image_digest=req.image_digest)
             if not req.skip_compat and (reasons := check(manifest.compat, host)):
                 raise IncompatibleError(reasons)
+            req.restorer.prepare(artifact, manifest)
             image_dir = _stage_images(artifact / CRIU_DIR, work / "images")
             target_ns = netns_path(req.netns) if req.netns else "/proc/self/ns/net"
             new_ips = global_addresses(target_ns) if manifest.network.external_netns else []
@@ -98,7 +102,7 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
                     f"into {req.netns}"
                 )
         with timer.phase("criu"):
-            pid = _criu_restore(manifest, image_dir, work, target_ns, late)
+            pid = _run_restorer(req.restorer, manifest, image_dir, work, target_ns, late)
         with timer.phase("verify-wait"):
             if problems := late.result():
                 raise VerificationError(problems)
@@ -135,33 +139,21 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
     )
 
 
-def _criu_restore(
-    manifest: Manifest, image_dir: Path, work: Path, target_ns: str, late: Future
-) -> int:
-    """CRIU restore with the tree left stopped; return the root's host PID. When CRIU fails
+def _run_restorer(
+    restorer: Restorer, manifest: Manifest, image_dir: Path, work: Path, target_ns: str,
+    late: Future,
+) -> int:  # fmt: skip
+    """Restore with the tree left stopped; return the root's host PID. When restoring fails
     on an artifact whose pages also fail verification, the verification error is the cause
     worth reporting."""
-    pidfile = work / "restore.pid"
-    external = manifest.network.external_netns
-    netns_fd = os.open(target_ns, os.O_RDONLY) if external else None
     try:
-        opts = options.RestoreOptions(
-            images_dir=image_dir,
-            work_dir=work,
-            pidfile=pidfile,
-            netns_fd=netns_fd,
-            leave_stopped=True,
+        return restorer.restore(
+            image_dir, work, target_ns if manifest.network.external_netns else None
         )
-        fds = (netns_fd,) if netns_fd is not None else ()
-        runner.run(options.restore_args(opts), work / "restore.log", pass_fds=fds)
     except SnapshotError:
         if problems := late.result():
             raise VerificationError(problems) from None
         raise
-    finally:
-        if netns_fd is not None:
-            os.close(netns_fd)
-    return int(pidfile.read_text().strip())
 
 
 def _stage_images(src: Path, dst: Path) -> Path:
