@@ -48,11 +48,16 @@ def busybox_layer() -> bytes:
     src = shutil.which("busybox") or str(BUSYBOX)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as t:
-        for d in ("bin", "tmp", "proc", "sys", "dev", "etc", "www"):
+        for d in ("bin", "tmp", "proc", "sys", "dev", "etc", "usr", "root", "work"):
             info = tarfile.TarInfo(d)
             info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
             t.addfile(info)
         t.add(src, "bin/busybox")
+        # merged-/usr layout, so a bind-mounted host /usr provides the dynamic loader
+        for link, target in (("lib", "usr/lib"), ("lib64", "usr/lib64")):
+            info = tarfile.TarInfo(link)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            t.addfile(info)
         for a in APPLETS:
             info = tarfile.TarInfo(f"bin/{a}")
             info.type, info.linkname = tarfile.SYMTYPE, "busybox"
