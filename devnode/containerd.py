@@ -19,25 +19,15 @@ PAUSE_IMAGE = "localhost/snapshot/pause:1"
 BUSYBOX_IMAGE = "localhost/snapshot/busybox:1"
 CNI_BIN = "/usr/lib/cni"
 
-RUNTIME_DROPIN = """\
-# Registers runtime handler "snapshot" (RuntimeClass snapshot) with containerd's CRI plugin.
-# The pod annotations listed here reach the shim through the OCI spec.
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.snapshot]
-  runtime_type = "io.containerd.snapshot.v2"
-  pod_annotations = ["nvidia.com/*", "snapshot.nvidia.com/*"]
+SNAPSHOT_RUNTIME = """\
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.snapshot]
+      runtime_type = "io.containerd.snapshot.v2"
+      pod_annotations = ["nvidia.com/*", "snapshot.nvidia.com/*"]
 """
 
 
-def config_toml(base: Path, subnet: str) -> str:
-    return f"""version = 2
-root = "{base}/root"
-state = "{base}/state"
-imports = ["{base}/conf.d/*.toml"]
-[grpc]
-  address = "{base}/containerd.sock"
-[ttrpc]
-  address = "{base}/containerd.sock.ttrpc"
-[plugins."io.containerd.grpc.v1.cri"]
+def cri_section(base: Path, with_snapshot: bool) -> str:
+    return f"""[plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{PAUSE_IMAGE}"
   # These VMs lack CAP_SYS_RESOURCE: a negative oom_score_adj cannot be written.
   restrict_oom_score_adj = true
@@ -46,10 +36,30 @@ imports = ["{base}/conf.d/*.toml"]
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-  [plugins."io.containerd.grpc.v1.cri".cni]
+{SNAPSHOT_RUNTIME if with_snapshot else ""}  [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_BIN}"
     conf_dir = "{base}/cni"
 """
+
+
+def runtime_dropin(base: Path) -> str:
+    """The drop-in that registers runtime handler ``snapshot`` (RuntimeClass snapshot); the
+    pod annotations it lists reach the shim through the OCI spec. containerd 1.7 replaces a
+    plugin's whole table with an imported one, so the drop-in repeats the node's CRI
+    settings (the Helm chart's agent renders it from the node's own config)."""
+    return "version = 2\n" + cri_section(base, with_snapshot=True)
+
+
+def config_toml(base: Path) -> str:
+    return f"""version = 2
+root = "{base}/root"
+state = "{base}/state"
+imports = ["{base}/conf.d/*.toml"]
+[grpc]
+  address = "{base}/containerd.sock"
+[ttrpc]
+  address = "{base}/containerd.sock.ttrpc"
+{cri_section(base, with_snapshot=False)}"""
 
 
 def cni_conflist(bridge: str, subnet: str) -> str:
@@ -85,8 +95,8 @@ class Containerd:
     def start(self, timeout: float = 30.0) -> None:
         for d in ("conf.d", "cni", "root", "state"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
-        (self.base / "config.toml").write_text(config_toml(self.base, self.subnet))
-        (self.base / "conf.d" / "snapshot-runtime.toml").write_text(RUNTIME_DROPIN)
+        (self.base / "config.toml").write_text(config_toml(self.base))
+        (self.base / "conf.d" / "snapshot-runtime.toml").write_text(runtime_dropin(self.base))
         (self.base / "cni" / "10-snapshot.conflist").write_text(
             cni_conflist(self.bridge, self.subnet)
         )

@@ -142,9 +142,10 @@ async def serve(args: argparse.Namespace) -> None:
     ttrpc_address = os.environ.get("TTRPC_ADDRESS") or f"{args.address}.ttrpc"
     publisher = Publisher(ttrpc_address, args.namespace)
     publisher.start()
-    runc = Runc(root=RUNC_ROOT / args.namespace, log_dir=None, reaper=reaper)
-    stop = asyncio.Event()
     workdir = STATE_DIR / "snapshot-shim" / args.namespace
+    workdir.mkdir(parents=True, exist_ok=True)
+    runc = Runc(root=RUNC_ROOT / args.namespace, log_dir=workdir, reaper=reaper)
+    stop = asyncio.Event()
     from .restore import make_restorer
 
     service = TaskService(runc, reaper, publisher, workdir, make_restorer, on_empty=stop.set)
@@ -162,6 +163,10 @@ async def serve(args: argparse.Namespace) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(args.socket)
     log.info("shim exiting")
+    # Threads copying stdio may sit in blocking reads of FIFOs nobody will close, and
+    # asyncio.run would wait for them: the containers are gone, so end here.
+    logging.shutdown()
+    os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,9 +180,6 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_delete(args)
     if args.action == "serve":
         asyncio.run(serve(args))
-        # Threads copying stdio may sit in blocking reads of FIFOs nobody will close: the
-        # containers are gone, so end the process without waiting for them.
-        logging.shutdown()
-        os._exit(0)
+        return 0
     print(f"unknown action {args.action!r}", file=sys.stderr)
     return 2

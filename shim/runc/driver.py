@@ -57,11 +57,15 @@ class Runc:
         log.debug("exec %s", cmd)
         if self.reaper is None:
             raise RuntimeError("Runc needs a reaper (the shim's waitpid(-1) owner)")
+        # Without capture, runc's stdio become the container's: a pipe of ours there would
+        # never see EOF while the container lives, so it gets /dev/null instead (runc's own
+        # errors still reach its --log file).
+        quiet = None if capture else subprocess.DEVNULL
         code, out, err = await self.reaper.run(
             cmd,
             stdin=stdio.stdin,
-            stdout=stdio.stdout if stdio.stdout is not None or capture else subprocess.DEVNULL,
-            stderr=stdio.stderr,
+            stdout=stdio.stdout if stdio.stdout is not None else quiet,
+            stderr=stdio.stderr if stdio.stderr is not None else quiet,
             env={**os.environ, **self.extra_env},
         )
         if code != 0:

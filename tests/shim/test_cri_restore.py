@@ -1,0 +1,154 @@
+"""The end-to-end restore through containerd's CRI plugin (crictl, as the kubelet would) and
+our shim, with CNI bridge networking, real runc and CRIU.
+
+Cases: a plain container under handler ``snapshot`` logs, execs and exits as under runc;
+pod A serves a stateful counter on its pod IP, is checkpointed with snapshotctl (through
+runc), and pod B (other IP, artifact annotations, handler snapshot) comes up restored with
+A's state, serving on B's IP, report ``restored``; two pods restore from one artifact at
+once; a tampered artifact cold-starts under ``fallback`` with the reason in the report and
+fails the start under ``strict``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from devnode.cri import TOOLS_BIN, Crictl
+from restore_runtime.contracts.handshake import RESTORE_REPORT
+from tests.helpers import ROOT, ask, snapshotctl
+from tests.shim.conftest import requires_containerd
+
+pytestmark = [
+    requires_containerd,
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(not (TOOLS_BIN / "crictl").exists(),
+                       reason=f"crictl not built (tools/build-cri-tools.sh -> {TOOLS_BIN})"),
+]  # fmt: skip
+
+IMAGE = "localhost/snapshot/busybox:1"
+PORT = 8080
+PY = str(Path(sys.executable).resolve())
+# Host directories the workload needs, mounted read-only into a busybox rootfs.
+HOST_MOUNTS = [("/usr", "/usr", True), (str(Path(PY).parents[1]), str(Path(PY).parents[1]), True),
+               (str(ROOT), "/work", True)]  # fmt: skip
+COUNTER = [
+    "sh", "-c",
+    "IP=$(ip -4 -o addr show eth0 | awk '{print $4}'); "
+    f"exec {PY} /work/tests/workloads/counter_server.py ${{IP%/*}} {PORT}",
+]  # fmt: skip
+
+
+@pytest.fixture
+def cri(containerd, tmp_path):
+    c = Crictl(containerd.address, tmp_path)
+    pods: list[str] = []
+    yield c, pods
+    for p in pods:
+        c.remove_pod(p)
+
+
+def start_pod(cri, name: str, handler: str = "snapshot", annotations=None, control=None):
+    c, pods = cri
+    pod, cfg = c.run_pod(f"{name}-{uuid.uuid4().hex[:5]}", handler, annotations)
+    pods.append(pod)
+    mounts = list(HOST_MOUNTS)
+    if control is not None:
+        mounts.append((str(control), "/snapshot-control", False))
+    ctr = c.create(pod, cfg, "main", IMAGE, COUNTER, tuple(mounts))
+    r = c.run("start", ctr, check=False)
+    return pod, ctr, r
+
+
+def test_plain_container_logs_exec_exit(cri):
+    c, pods = cri
+    for handler in ("runc", "snapshot"):
+        pod, cfg = c.run_pod(f"plain-{handler}", handler)
+        pods.append(pod)
+        ctr = c.create(pod, cfg, "main", IMAGE, ["sh", "-c", "echo hello; sleep 1000"])
+        c.run("start", ctr)
+        assert c.run("exec", ctr, "sh", "-c", "echo $((40+2))").stdout.strip() == "42"
+        r = c.run("exec", ctr, "sh", "-c", "exit 3", check=False)
+        assert r.returncode != 0 and "exit code 3" in r.stderr
+        deadline = time.monotonic() + 10
+        while "hello" not in c.run("logs", ctr).stdout:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        c.run("stop", "-t", "1", ctr)
+        assert c.inspect(ctr)["status"]["state"] == "CONTAINER_EXITED"
+
+
+def checkpoint_pod_a(cri, tmp_path) -> tuple[Path, str, dict]:
+    c, _ = cri
+    pod_a, ctr_a, r = start_pod(cri, "src")
+    assert r.returncode == 0, r.stderr
+    ip_a = c.pod_ip(pod_a)
+    for _ in range(3):
+        last = ask(ip_a, PORT, timeout=30)
+    assert last["count"] == "3" and last["addr"].startswith(ip_a)
+    art = tmp_path / "artifact"
+    snapshotctl("checkpoint", "--container", ctr_a, "--output", str(art))
+    return art, ip_a, last
+
+
+def test_restore_into_a_new_pod(cri, tmp_path):
+    c, _ = cri
+    art, ip_a, before = checkpoint_pod_a(cri, tmp_path)
+    ctl = tmp_path / "ctl-b"
+    ctl.mkdir()
+    pod_b, _, r = start_pod(cri, "dst", annotations={"snapshot.nvidia.com/artifact": str(art)},
+                            control=ctl)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    ip_b = c.pod_ip(pod_b)
+    assert ip_b != ip_a
+    after = ask(ip_b, PORT, timeout=30)
+    assert after["count"] == "4", "pod B continues pod A's in-memory state"
+    assert after["digest"] == before["digest"]
+    assert after["addr"] == f"{ip_b}:{PORT}", "the listening socket moved to B's IP"
+    report = json.loads((ctl / RESTORE_REPORT).read_text())
+    assert report["outcome"] == "restored"
+    assert {"verify", "criu", "wake"} <= set(report["timings"])
+
+
+def test_two_pods_restore_from_one_artifact_at_once(cri, tmp_path):
+    import concurrent.futures as cf
+
+    c, _ = cri
+    art, _, _ = checkpoint_pod_a(cri, tmp_path)
+    with cf.ThreadPoolExecutor(2) as pool:
+        starts = list(pool.map(
+            lambda i: start_pod(cri, f"twin{i}",
+                                annotations={"snapshot.nvidia.com/artifact": str(art)}),
+            range(2)))  # fmt: skip
+    for pod, _, r in starts:
+        assert r.returncode == 0, r.stderr
+        assert ask(c.pod_ip(pod), PORT, timeout=30)["count"] == "4"
+
+
+@pytest.mark.parametrize("policy", ["fallback", "strict"])
+def test_tampered_artifact(cri, tmp_path, policy):
+    c, _ = cri
+    art, _, _ = checkpoint_pod_a(cri, tmp_path)
+    (art / "criu" / "core-1.img").write_bytes(b"tampered")
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    annotations = {"snapshot.nvidia.com/artifact": str(art),
+                   "snapshot.nvidia.com/restore-policy": policy}  # fmt: skip
+    pod, _, r = start_pod(cri, f"bad-{policy}", annotations=annotations, control=ctl)
+    report = json.loads((ctl / RESTORE_REPORT).read_text())
+    assert report["failedPhase"] == "verify"
+    assert "core-1.img" in report["reason"]
+    if policy == "fallback":
+        assert r.returncode == 0, r.stderr
+        assert report["outcome"] == "fell-back"
+        assert ask(c.pod_ip(pod), PORT, timeout=30)["count"] == "1", "a cold start"
+    else:
+        assert r.returncode != 0
+        assert "restore failed in verify" in r.stderr
+        assert report["outcome"] == "failed"
