@@ -85,7 +85,9 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     res = checkpoint(
         CheckpointRequest(
             pid=args.pid or 0,
-            container=RuncContainer(args.runc_root, args.container) if args.container else None,
+            runc_container=RuncContainer(args.runc_root, args.container)
+            if args.container
+            else None,
             output=args.output,
             leave_running=args.leave_running,
             sign_key=key,

@@ -35,7 +35,7 @@ class CheckpointRequest:
     #: root of the process tree; for a container, taken from runc when not given
     pid: int = 0
     #: a container to checkpoint through runc (else the tree is dumped with CRIU directly)
-    container: RuncContainer | None = None
+    runc_container: RuncContainer | None = None
     leave_running: bool = False
     sign_key: Ed25519PrivateKey | None = None
     control_dir: Path | None = None
@@ -108,9 +108,9 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
     progress = progress or Progress(enabled=False)
     timer = PhaseTimer(progress.phase)
     with timer.phase("setup"):
-        if req.container is not None and not req.pid:
-            req.pid = req.container.init_pid()
-        dumper: Dumper = RuncDumper(req.container) if req.container else CriuDumper()
+        if req.runc_container is not None and not req.pid:
+            req.pid = req.runc_container.init_pid()
+        dumper: Dumper = RuncDumper(req.runc_container) if req.runc_container else CriuDumper()
         procs.require(req.pid)
         runner.require_version()
         gpu = _GpuState()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from .. import handshake, procs
+from .. import handshake, mounts, procs
 from ..artifact.verify import check_digests, load_manifest, manifest_digest, plan
 from ..compat import check, gpu_pairs, host_info
 from ..contracts.annotations import RestoreOutcome
@@ -89,7 +89,7 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
             if not req.skip_compat and (reasons := check(manifest.compat, host)):
                 raise IncompatibleError(reasons)
             req.restorer.prepare(artifact, manifest)
-            image_dir = _stage_images(artifact / CRIU_DIR, work / "images")
+            image_dir = _stage_images(artifact / CRIU_DIR, work)
             target_ns = netns_path(req.netns) if req.netns else "/proc/self/ns/net"
             new_ips = global_addresses(target_ns) if manifest.network.external_netns else []
             mapping = rebind_map(manifest.network.pod_ips, new_ips)
@@ -124,6 +124,7 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        _unstage_images(work)
         if ok:
             shutil.rmtree(work, ignore_errors=True)
         else:
@@ -156,15 +157,32 @@ def _run_restorer(
         raise
 
 
-def _stage_images(src: Path, dst: Path) -> Path:
-    """A private image directory of symlinks into the (read-only) artifact: CRIU writes its
-    stats there, and rebinding replaces files.img, without touching the artifact."""
-    dst.mkdir(parents=True)
-    for f in src.iterdir():
-        (dst / f.name).symlink_to(f)
-    (dst / images.FILES_IMG).unlink(missing_ok=True)
-    shutil.copyfile(src / images.FILES_IMG, dst / images.FILES_IMG)
-    return dst
+def _stage_images(src: Path, work: Path) -> Path:
+    """A private, writable view of the artifact's images: an overlay mount with the artifact
+    as its read-only lower layer. CRIU writes its stats there and rebinding replaces
+    files.img, without touching the artifact or copying it. The view holds real files, not
+    symlinks: runc's CRIU opens images after entering the container's root, where a symlink
+    to the artifact's host path would not resolve. Hard links are the fallback where overlay
+    is unavailable."""
+    view, upper, scratch = work / "images", work / "upper", work / "ovl-work"
+    for d in (view, upper, scratch):
+        d.mkdir(parents=True)
+    try:
+        mounts.mount("overlay", "overlay", str(view),
+                     [f"lowerdir={src}", f"upperdir={upper}", f"workdir={scratch}"])  # fmt: skip
+    except OSError as e:
+        log.warning("overlay over %s failed (%s); linking the images instead", src, e)
+        for f in src.iterdir():
+            try:
+                os.link(f, view / f.name)
+            except OSError:
+                shutil.copyfile(f, view / f.name)
+    return view
+
+
+def _unstage_images(work: Path) -> None:
+    with contextlib.suppress(OSError):
+        mounts.unmount(str(work / "images"))
 
 
 def _open_cuda(artifact: Path) -> CudaDriver | None:

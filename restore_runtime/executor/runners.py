@@ -109,8 +109,11 @@ class RuncDumper:
 
     def __init__(self, container: RuncContainer) -> None:
         self.container = container
+        self.upperdir: str | None = None
 
     def dump(self, pid, images, work, leave_running, external_netns_inode) -> None:
+        # read before the dump: without --leave-running, runc forgets the container
+        self.upperdir = overlay_upperdir(self.container.state().get("rootfs", ""))
         args = ["checkpoint", "--image-path", str(images), "--work-path", str(work),
                 "--tcp-established", "--file-locks"]  # fmt: skip
         if leave_running:
@@ -121,10 +124,10 @@ class RuncDumper:
             raise _criu_failure("dump (runc checkpoint)", p, work / "dump.log")
 
     def pack_extra(self, staging: Path) -> None:
-        rootfs = self.container.state().get("rootfs", "")
-        upper = overlay_upperdir(rootfs)
+        upper = self.upperdir
         if upper is None:
-            log.warning("no overlay upper dir for %s: rootfs changes are not captured", rootfs)
+            log.warning("no overlay upper dir for %s: rootfs changes are not captured",
+                        self.container.id)  # fmt: skip
             return
         with tarfile.open(staging / ROOTFS_DIFF_NAME, "w") as t:
             for entry in sorted(os.listdir(upper)):

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from google.protobuf import empty_pb2
 
-from ..process import mounts
+from restore_runtime import mounts
+
 from ..process.io import StdioPaths
 from ..process.process import ExecProcess, InitProcess, Process, validate_exec_spec
 from ..process.states import CreatedFromArtifact, Deleted

@@ -1,5 +1,5 @@
-"""Mounting the container's rootfs from containerd's Mount list (overlay or bind), with
-mount(2) directly."""
+"""mount(2) and umount2(2) with containerd-style option lists (overlay, bind), for the shim's
+rootfs and the engine's private image directories."""
 
 from __future__ import annotations
 
