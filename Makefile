@@ -6,9 +6,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv test demo bench lint fmt clean
+.PHONY: setup system venv tools test demo bench lint fmt generate clean
 
-setup: system venv
+setup: system venv tools
+
+# crictl and critest, built from the cri-tools Go module into a cache outside the repo
+tools:
+	@bash tools/build-cri-tools.sh
 
 system:
 	@bash scripts/setup-system.sh
@@ -34,6 +38,11 @@ bench: setup
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# regenerate the shim's protobuf modules; CI fails if they drift from the .proto files
+generate: venv
+	PY=$(PY) bash scripts/generate-protos.sh
+	git diff --exit-code shim/proto
 
 fmt: venv
 	$(VENV)/bin/ruff format .

@@ -2,6 +2,8 @@
 # Builds crictl and critest (CRI conformance) from the cri-tools Go module into a cache outside
 # the repository; a second run finds them and does nothing.
 set -euo pipefail
+export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
+command -v go >/dev/null || { echo "the Go toolchain is needed to build crictl/critest (test tools only)" >&2; exit 1; }
 CRI_TOOLS_VERSION=${CRI_TOOLS_VERSION:-v1.37.0}
 BIN=${SNAPSHOT_TOOLS_BIN:-/var/cache/snapshot-tools/bin}
 mkdir -p "$BIN"
