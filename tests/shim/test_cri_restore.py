@@ -12,16 +12,16 @@ fails the start under ``strict``.
 from __future__ import annotations
 
 import json
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from devnode import workloads
 from devnode.cri import TOOLS_BIN, Crictl
 from restore_runtime.contracts.handshake import RESTORE_REPORT
-from tests.helpers import ROOT, ask, snapshotctl
+from tests.helpers import ask, snapshotctl
 from tests.shim.conftest import requires_containerd
 
 pytestmark = [
@@ -34,15 +34,8 @@ pytestmark = [
 
 IMAGE = "localhost/snapshot/busybox:1"
 PORT = 8080
-PY = str(Path(sys.executable).resolve())
-# Host directories the workload needs, mounted read-only into a busybox rootfs.
-HOST_MOUNTS = [("/usr", "/usr", True), (str(Path(PY).parents[1]), str(Path(PY).parents[1]), True),
-               (str(ROOT), "/work", True)]  # fmt: skip
-COUNTER = [
-    "sh", "-c",
-    "IP=$(ip -4 -o addr show eth0 | awk '{print $4}'); "
-    f"exec {PY} /work/tests/workloads/counter_server.py ${{IP%/*}} {PORT}",
-]  # fmt: skip
+HOST_MOUNTS = workloads.mounts()
+COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)
 
 
 @pytest.fixture

@@ -1,0 +1,30 @@
+"""Running this repository's Python workloads inside busybox containers: the host's /usr, its
+Python installation and the repository are mounted read-only at their own paths, so the
+virtualenv works unchanged inside the container."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
+
+
+def python_home() -> Path:
+    return Path(sys.base_prefix).resolve()
+
+
+def mounts() -> tuple[tuple[str, str, bool], ...]:
+    paths = {"/usr", str(python_home()), str(ROOT)}
+    return tuple((p, p, True) for p in sorted(paths))
+
+
+def command(module_or_script: list[str], port: int) -> list[str]:
+    """Run ``python ARGS <pod IP> <port>`` in the container, on its eth0 address."""
+    args = " ".join(module_or_script)
+    return [
+        "sh", "-c",
+        "IP=$(ip -4 -o addr show eth0 | awk '{print $4}'); "
+        f"cd {ROOT} && exec {VENV_PYTHON} {args} ${{IP%/*}} {port}",
+    ]  # fmt: skip
