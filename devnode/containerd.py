@@ -139,4 +139,11 @@ class Containerd:
             if target.startswith(str(self.base)):
                 subprocess.run(["umount", "-l", target], check=False)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+        keep = os.environ.get("SNAPSHOT_KEEP_LOGS")
+        if keep:  # debugging aid: shim and containerd logs survive the cleanup
+            dest = Path(keep) / self.base.name
+            dest.mkdir(parents=True, exist_ok=True)
+            for f in [self.base / "containerd.log", *self.base.glob("state/**/shim.log")]:
+                with contextlib.suppress(OSError):
+                    shutil.copy(f, dest / f"{f.parent.name[:12]}-{f.name}")
         shutil.rmtree(self.base, ignore_errors=True)

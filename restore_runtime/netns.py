@@ -3,18 +3,53 @@ pod IPs and finding the restore target's."""
 
 from __future__ import annotations
 
+import ctypes
+import os
 import socket
+import threading
 
 _SCOPE_UNIVERSE = 0
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def global_addresses(netns: str | None = None) -> list[str]:
     """Global-scope addresses (no loopback, no link-local), IPv4 first. ``netns`` is a name
-    under /run/netns or a path such as /proc/PID/ns/net; None means our own namespace."""
-    from pyroute2 import IPRoute, NetNS  # imported here: it costs ~0.1s of restore start-up
+    under /run/netns or a path such as /proc/PID/ns/net; None means our own namespace.
 
-    ipr = NetNS(netns, flags=0) if netns else IPRoute()
-    with ipr:
+    Another namespace is read from a short-lived thread that setns(2)s into it, never from
+    a forked helper (pyroute2's NetNS forks): a fork of an asyncio process, such as the shim,
+    shares its signal wake-up socket, so the helper's SIGTERM would reach the shim's loop."""
+    if not netns:
+        return _read_addresses()
+    result: list[str] = []
+    error: list[BaseException] = []
+
+    def inside() -> None:
+        try:
+            fd = os.open(netns_path(netns), os.O_RDONLY)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns {netns}: {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            result.extend(_read_addresses())
+        except BaseException as e:
+            error.append(e)
+
+    t = threading.Thread(target=inside, name="netns-reader")
+    t.start()
+    t.join()
+    if error:
+        raise error[0]
+    return result
+
+
+def _read_addresses() -> list[str]:
+    from pyroute2 import IPRoute  # imported here: it costs ~0.1s of restore start-up
+
+    with IPRoute() as ipr:
         addrs = [
             (a.get("family"), a.get_attr("IFA_ADDRESS"))
             for a in ipr.get_addr()

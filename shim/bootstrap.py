@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import hashlib
 import json
 import logging
@@ -23,12 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-from .proto import shim_pb2
-from .runc.driver import Runc
-from .task.events import Publisher, timestamp
-from .task.exits import Reaper, become_subreaper
-from .task.service import SERVICE, VERSION, TaskService
-from .ttrpc.server import serve_unix
+from . import VERSION
+
+# Heavy imports (protobuf, the engine) happen in serve()/delete only: ``start`` runs for every
+# container and must return fast.
 
 log = logging.getLogger("shim")
 SANDBOX_ID = "io.kubernetes.cri.sandbox-id"
@@ -109,6 +108,9 @@ def cmd_start(args: argparse.Namespace) -> int:
 def cmd_delete(args: argparse.Namespace) -> int:
     """Called by containerd when the shim is gone: force-delete the container, unmount its
     rootfs, and report it killed."""
+    from .proto import shim_pb2
+    from .task.events import timestamp
+
     bundle = Path(args.bundle) if args.bundle else Path.cwd()
     root = RUNC_ROOT / args.namespace
     subprocess.run(["runc", "--root", str(root), "delete", "--force", args.id],
@@ -120,11 +122,13 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def _setup_logging(bundle: Path, debug: bool) -> None:
-    handlers: list[logging.Handler] = [logging.FileHandler(bundle / "shim.log")]
+def _setup_logging(logfile: Path, debug: bool) -> None:
+    handlers: list[logging.Handler] = [logging.FileHandler(logfile)]
+    # a crash (fatal signal, deadlock dump) lands in the same file
+    faulthandler.enable(open(logfile, "a"))  # noqa: SIM115 - lives as long as the process
     with contextlib.suppress(OSError):
         # containerd reads the "log" FIFO in the bundle into its own log.
-        fd = os.open(bundle / "log", os.O_WRONLY | os.O_NONBLOCK)
+        fd = os.open("log", os.O_WRONLY | os.O_NONBLOCK)  # in the bundle, our cwd
         os.set_blocking(fd, True)
         handlers.append(logging.StreamHandler(os.fdopen(fd, "w", buffering=1)))
     logging.basicConfig(
@@ -134,20 +138,25 @@ def _setup_logging(bundle: Path, debug: bool) -> None:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    bundle = Path.cwd()
-    _setup_logging(bundle, args.debug)
+    from .restore import make_restorer
+    from .runc.driver import Runc
+    from .task.events import Publisher
+    from .task.exits import Reaper, become_subreaper
+    from .task.service import SERVICE, TaskService
+    from .ttrpc.server import serve_unix
+
+    workdir = STATE_DIR / "snapshot-shim" / args.namespace
+    workdir.mkdir(parents=True, exist_ok=True)
+    # kept beside the runc logs, outside the bundle that containerd removes on delete
+    _setup_logging(workdir / f"shim-{args.id}.log", args.debug)
     become_subreaper()
     reaper = Reaper()
     reaper.start()
     ttrpc_address = os.environ.get("TTRPC_ADDRESS") or f"{args.address}.ttrpc"
     publisher = Publisher(ttrpc_address, args.namespace)
     publisher.start()
-    workdir = STATE_DIR / "snapshot-shim" / args.namespace
-    workdir.mkdir(parents=True, exist_ok=True)
     runc = Runc(root=RUNC_ROOT / args.namespace, log_dir=workdir, reaper=reaper)
     stop = asyncio.Event()
-    from .restore import make_restorer
-
     service = TaskService(runc, reaper, publisher, workdir, make_restorer, on_empty=stop.set)
     fd = int(os.environ.get("SNAPSHOT_SHIM_LISTEN_FD", "3"))
     sock = socket.socket(fileno=fd)

@@ -16,15 +16,8 @@ import json
 import logging
 from pathlib import Path
 
-from restore_runtime import handshake
 from restore_runtime.contracts import annotations as ann
 from restore_runtime.contracts.handshake import CONTROL_DIR_ENV, DEFAULT_CONTROL_DIR
-from restore_runtime.contracts.manifest import Manifest
-from restore_runtime.contracts.report import RestoreReport
-from restore_runtime.criu.runner import error_lines
-from restore_runtime.errors import CriuError, SnapshotError
-from restore_runtime.executor import RestoreRequest, restore
-from restore_runtime.executor.runners import CRIU_CONFIG_ANNOTATION, apply_rootfs_diff
 
 from .process.io import ProcessIO
 from .process.process import InitProcess
@@ -78,7 +71,9 @@ class RuncRestorer:
     def __init__(self, p: InitProcess, io: ProcessIO, loop: asyncio.AbstractEventLoop) -> None:
         self.p, self.io, self.loop = p, io, loop
 
-    def prepare(self, artifact: Path, manifest: Manifest) -> None:
+    def prepare(self, artifact: Path, manifest) -> None:
+        from restore_runtime.executor.runners import CRIU_CONFIG_ANNOTATION, apply_rootfs_diff
+
         apply_rootfs_diff(artifact, self.p.bundle / "rootfs")
         conf = self.p.workdir / "criu-restore.conf"
         conf.write_text(CRIU_CONFIG)
@@ -88,6 +83,9 @@ class RuncRestorer:
         cfg_path.write_text(json.dumps(cfg))
 
     def restore(self, image_dir: Path, work: Path, netns_path: str | None) -> int:
+        from restore_runtime.criu.runner import error_lines
+        from restore_runtime.errors import CriuError
+
         p = self.p
         coro = p.runc.restore(p.container_id, p.bundle, image_dir, work, p.pidfile, self.io.child)
         try:
@@ -112,9 +110,12 @@ class ShimRestorer:
         self.skip_compat = a.get(ann.SKIP_COMPAT_CHECK, "").lower() == "true"
         self.control_dir = control_dir(spec)
         self.netns = netns_path(spec)
-        self.report: RestoreReport | None = None
+        self.report = None
 
     async def start(self, p: InitProcess) -> None:
+        # The engine is imported by restoring containers only: plain pods stay light.
+        from restore_runtime.executor import RestoreRequest, restore
+
         p.io = await ProcessIO.open(p.stdio)
         req = RestoreRequest(
             artifact=self.artifact,
@@ -133,6 +134,9 @@ class ShimRestorer:
         self._emit(report)
 
     async def _failed(self, p: InitProcess, e: Exception) -> None:
+        from restore_runtime.contracts.report import RestoreReport
+        from restore_runtime.errors import SnapshotError
+
         phase = e.phase if isinstance(e, SnapshotError) else "setup"
         reason = str(e) if isinstance(e, SnapshotError) else f"{type(e).__name__}: {e}"
         if p.io is not None:
@@ -149,7 +153,9 @@ class ShimRestorer:
         await p.do_create()
         await p.do_start()
 
-    def _emit(self, report: RestoreReport) -> None:
+    def _emit(self, report) -> None:
+        from restore_runtime import handshake
+
         self.report = report
         log.info("restore report for %s: %s", self.artifact, report.to_json().decode())
         if self.control_dir is not None:

@@ -17,6 +17,7 @@ from google.protobuf import empty_pb2
 
 from restore_runtime import mounts
 
+from .. import VERSION
 from ..process.io import StdioPaths
 from ..process.process import ExecProcess, InitProcess, Process, validate_exec_spec
 from ..process.states import CreatedFromArtifact, Deleted
@@ -29,7 +30,6 @@ from .exits import Reaper
 
 log = logging.getLogger(__name__)
 SERVICE = "containerd.task.v2.Task"
-VERSION = "snapshot-shim/0.1.0"
 
 
 @dataclass
