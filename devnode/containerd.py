@@ -92,7 +92,14 @@ class Containerd:
         path = ":".join([*self.bin_dirs, os.environ.get("PATH", "/usr/bin:/bin")])
         return {**os.environ, "PATH": path}
 
-    def start(self, timeout: float = 30.0) -> None:
+    def restart(self) -> None:
+        """Stop containerd alone (shims and containers keep running) and start it again."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(10)
+        self.start(import_images=False)
+
+    def start(self, timeout: float = 30.0, import_images: bool = True) -> None:
         for d in ("conf.d", "cni", "root", "state"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
         (self.base / "config.toml").write_text(config_toml(self.base))
@@ -111,6 +118,8 @@ class Containerd:
                 raise RuntimeError(f"containerd did not start; see {self.base}/containerd.log")
             time.sleep(0.1)
         for name, cmd in ((PAUSE_IMAGE, ["sleep", "2147483647"]), (BUSYBOX_IMAGE, ["sh"])):
+            if not import_images:
+                break
             archive = self.base / f"{name.rsplit('/', 1)[-1]}.tar"
             write_oci_archive(archive, name, cmd)
             self.ctr("images", "import", str(archive))

@@ -145,3 +145,16 @@ def test_tampered_artifact(cri, tmp_path, policy):
         assert r.returncode != 0
         assert "restore failed in verify" in r.stderr
         assert report["outcome"] == "failed"
+
+
+def test_containerd_restart_keeps_containers_running(cri, containerd):
+    """containerd reconnects to the running shim through the bundle's address file."""
+    c, _ = cri
+    pod, ctr, r = start_pod(cri, "survivor")
+    assert r.returncode == 0, r.stderr
+    ip = c.pod_ip(pod)
+    assert ask(ip, PORT, timeout=30)["count"] == "1"
+    containerd.restart()
+    assert ask(ip, PORT, timeout=30)["count"] == "2", "the container survived the restart"
+    assert c.inspect(ctr)["status"]["state"] == "CONTAINER_RUNNING"
+    assert c.run("exec", ctr, "echo", "alive").stdout.strip() == "alive"
