@@ -1,0 +1,102 @@
+"""Process states × operations (shim/process/states.py), with a stand-in process that records
+the work each transition asks for. Every pair is covered: allowed operations do their work
+and move to the documented state; the others fail with FAILED_PRECONDITION (NOT_FOUND once
+deleted) and do no work. The stand-in replaces runc only: the real thing runs in the
+containerd tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from shim.process import states as st
+from shim.ttrpc.codes import Code, RPCError
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str):
+        if not name.startswith("do_"):
+            raise AttributeError(name)
+
+        async def op(*args, **kwargs):
+            self.calls.append(name)
+
+        return op
+
+
+OPS = ["start", "kill", "delete", "pause", "resume"]
+# state -> op -> (next state class or None for "no change", work done)
+ALLOWED = {
+    st.Created: {"start": (st.Running, "do_start"), "kill": (None, "do_kill"),
+                 "delete": (st.Deleted, "do_delete")},
+    st.CreatedFromArtifact: {"start": (st.Running, "do_restore_or_fallback"),
+                             "delete": (st.Deleted, "do_delete")},
+    st.Running: {"kill": (None, "do_kill"), "pause": (st.Paused, "do_pause")},
+    st.Paused: {"kill": (None, "do_kill"), "resume": (st.Running, "do_resume")},
+    st.Stopped: {"delete": (st.Deleted, "do_delete")},
+    st.Deleted: {},
+}  # fmt: skip
+
+
+def refusal_code(state_cls: type, op: str) -> Code:
+    # nothing to act on: the process is gone, finished, or not started yet (restores on start)
+    if state_cls is st.Deleted or (
+        op == "kill" and state_cls in (st.Stopped, st.CreatedFromArtifact)
+    ):
+        return Code.NOT_FOUND
+    return Code.FAILED_PRECONDITION
+
+
+async def apply(state: st.State, op: str, p: Recorder):
+    if op == "kill":
+        return await state.kill(p, 9, False)
+    return await getattr(state, op)(p)
+
+
+@pytest.mark.parametrize("state_cls", list(ALLOWED))
+@pytest.mark.parametrize("op", OPS)
+async def test_every_state_and_operation(state_cls, op):
+    p = Recorder()
+    allowed = ALLOWED[state_cls].get(op)
+    if allowed is None:
+        with pytest.raises(RPCError) as e:
+            await apply(state_cls(), op, p)
+        expected = (
+            Code.NOT_FOUND
+            if state_cls in (st.Deleted, st.CreatedFromArtifact) and op == "kill"
+            else None
+        )  # noqa: E501
+        if state_cls is st.Deleted:
+            assert e.value.code == Code.NOT_FOUND
+        elif state_cls is st.Stopped and op == "kill":
+            assert e.value.code == Code.NOT_FOUND  # "process already finished"
+        elif expected:
+            assert e.value.code == expected
+        else:
+            assert e.value.code == Code.FAILED_PRECONDITION
+        assert p.calls == []
+        return
+    next_cls, work = allowed
+    result = await apply(state_cls(), op, p)
+    assert p.calls == [work]
+    if next_cls is None:
+        assert result is None
+    else:
+        assert isinstance(result, next_cls) and type(result) is next_cls
+
+
+@pytest.mark.parametrize("state_cls", list(ALLOWED))
+def test_exit_transitions(state_cls):
+    after = state_cls().exited(Recorder())
+    if state_cls is st.Deleted:
+        assert isinstance(after, st.Deleted)
+    else:
+        assert type(after) is st.Stopped
+
+
+async def test_stopped_kill_all_still_reaches_strays():
+    p = Recorder()
+    await st.Stopped().kill(p, 9, True)
+    assert p.calls == ["do_kill"]
