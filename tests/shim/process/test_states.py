@@ -1,4 +1,4 @@
-"""Process states × operations (shim/process/states.py), with a stand-in process that records
+"""Process states x operations (shim/process/states.py), with a stand-in process that records
 the work each transition asks for. Every pair is covered: allowed operations do their work
 and move to the documented state; the others fail with FAILED_PRECONDITION (NOT_FOUND once
 deleted) and do no work. The stand-in replaces runc only: the real thing runs in the
@@ -63,19 +63,7 @@ async def test_every_state_and_operation(state_cls, op):
     if allowed is None:
         with pytest.raises(RPCError) as e:
             await apply(state_cls(), op, p)
-        expected = (
-            Code.NOT_FOUND
-            if state_cls in (st.Deleted, st.CreatedFromArtifact) and op == "kill"
-            else None
-        )  # noqa: E501
-        if state_cls is st.Deleted:
-            assert e.value.code == Code.NOT_FOUND
-        elif state_cls is st.Stopped and op == "kill":
-            assert e.value.code == Code.NOT_FOUND  # "process already finished"
-        elif expected:
-            assert e.value.code == expected
-        else:
-            assert e.value.code == Code.FAILED_PRECONDITION
+        assert e.value.code == refusal_code(state_cls, op)
         assert p.calls == []
         return
     next_cls, work = allowed
