@@ -10,8 +10,10 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
+from . import registry
 from .images import write_oci_archive
 
 NAMESPACE = "k8s.io"
@@ -39,6 +41,9 @@ def cri_section(base: Path, with_snapshot: bool) -> str:
 {SNAPSHOT_RUNTIME if with_snapshot else ""}  [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_BIN}"
     conf_dir = "{base}/cni"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    # every registry host maps to a local server (certs.d/_default): pulls never leave
+    config_path = "{base}/certs.d"
 """
 
 
@@ -83,6 +88,7 @@ class Containerd:
     bridge: str = "snapbr0"
     bin_dirs: list[str] = field(default_factory=list)
     proc: subprocess.Popen | None = None
+    registry: ThreadingHTTPServer | None = None
 
     @property
     def address(self) -> str:
@@ -100,8 +106,15 @@ class Containerd:
         self.start(import_images=False)
 
     def start(self, timeout: float = 30.0, import_images: bool = True) -> None:
-        for d in ("conf.d", "cni", "root", "state"):
+        for d in ("conf.d", "cni", "root", "state", "certs.d/_default"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
+        if self.registry is None:
+            archive = self.base / "registry-busybox.tar"
+            write_oci_archive(archive, BUSYBOX_IMAGE, ["sh"])
+            self.registry = registry.serve(archive)
+        host, port = self.registry.server_address[:2]
+        address = f"{host}:{port}"
+        (self.base / "certs.d/_default/hosts.toml").write_text(registry.hosts_toml(address))
         (self.base / "config.toml").write_text(config_toml(self.base))
         (self.base / "conf.d" / "snapshot-runtime.toml").write_text(runtime_dropin(self.base))
         (self.base / "cni" / "10-snapshot.conflist").write_text(
@@ -148,6 +161,8 @@ class Containerd:
             if target.startswith(str(self.base)):
                 subprocess.run(["umount", "-l", target], check=False)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+        if self.registry is not None:
+            self.registry.shutdown()
         keep = os.environ.get("SNAPSHOT_KEEP_LOGS")
         if keep:  # debugging aid: shim and containerd logs survive the cleanup
             dest = Path(keep) / self.base.name

@@ -1,0 +1,94 @@
+"""CRI conformance: runs critest (built from cri-tools) against a private containerd twice,
+with runtime handler ``runc`` and with ``snapshot``, and compares the results. Every test
+that passes under runc must pass under snapshot.
+
+    python -m bench.conformance [--out bench/results] [--focus REGEX]
+
+Images are served by devnode's loopback registry (our busybox under every name), so tests
+that need particular images (nginx, images with set users or digests) fail under both
+handlers alike; the comparison is what counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from devnode.containerd import Containerd
+from devnode.cri import TOOLS_BIN
+
+DEFAULT_IMAGE = "registry.k8s.io/e2e-test-images/busybox:1.29-2"
+
+
+def run_critest(node: Containerd, handler: str, report_dir: Path, focus: str | None) -> dict:
+    images = report_dir / "test-images.yaml"
+    images.write_text(f"defaultTestContainerImage: {DEFAULT_IMAGE}\n"
+                      f"webServerTestImage: {DEFAULT_IMAGE}\n")  # fmt: skip
+    cmd = [str(TOOLS_BIN / "critest"), f"-runtime-endpoint=unix://{node.address}",
+           f"-image-endpoint=unix://{node.address}", f"-runtime-handler={handler}",
+           f"-test-images-file={images}", f"-report-dir={report_dir}",
+           f"-report-prefix={handler}", "-ginkgo.no-color", "-ginkgo.timeout=25m"]  # fmt: skip
+    if focus:
+        cmd.append(f"-ginkgo.focus={focus}")
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    (report_dir / f"{handler}.log").write_text(p.stdout + p.stderr)
+    results: dict[str, str] = {}
+    for xml in report_dir.glob(f"{handler}*.xml"):
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            name = case.get("name", "")
+            if case.find("skipped") is not None:
+                results[name] = "skipped"
+            elif case.find("failure") is not None or case.find("error") is not None:
+                results[name] = "failed"
+            else:
+                results[name] = "passed"
+    counts = {k: sum(1 for v in results.values() if v == k) for k in ("passed", "failed",
+                                                                        "skipped")}  # fmt: skip
+    return {"counts": counts, "seconds": round(time.monotonic() - t0, 1), "results": results}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--focus")
+    args = ap.parse_args()
+    node = Containerd(Path(f"/tmp/snapshot-conf-{uuid.uuid4().hex[:6]}"),
+                      bin_dirs=[str(Path(sys.executable).parent)])  # fmt: skip
+    report_dir = Path(args.out) / "conformance"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        node.start()
+        res = {h: run_critest(node, h, report_dir, args.focus) for h in ("runc", "snapshot")}
+    finally:
+        node.stop()
+    regressions = sorted(
+        n for n, v in res["runc"]["results"].items()
+        if v == "passed" and res["snapshot"]["results"].get(n) != "passed"
+    )  # fmt: skip
+    summary = {
+        "critest": "v1.37.0",
+        "command": " ".join(["python -m bench.conformance", *sys.argv[1:]]),
+        "runc": res["runc"]["counts"] | {"seconds": res["runc"]["seconds"]},
+        "snapshot": res["snapshot"]["counts"] | {"seconds": res["snapshot"]["seconds"]},
+        "passed_under_runc_not_snapshot": regressions,
+        "failed_under_both": sorted(
+            n for n, v in res["runc"]["results"].items()
+            if v == "failed" and res["snapshot"]["results"].get(n) == "failed"
+        ),
+    }  # fmt: skip
+    (Path(args.out) / "conformance.json").write_text(json.dumps(summary, indent=2) + "\n")
+    for f in report_dir.glob("*.xml"):
+        f.unlink()  # the per-test XML is large; the summary and logs are kept
+    print(json.dumps({k: v for k, v in summary.items() if k != "failed_under_both"}, indent=2))
+    return 1 if regressions else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
