@@ -7,33 +7,17 @@ import hashlib
 import io
 import json
 import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
 BUSYBOX = Path("/bin/busybox")
-APPLETS = [
-    "sh",
-    "sleep",
-    "echo",
-    "cat",
-    "ls",
-    "httpd",
-    "nc",
-    "wget",
-    "true",
-    "false",
-    "env",
-    "ps",
-    "kill",
-    "id",
-    "hostname",
-    "ip",
-    "date",
-    "mkdir",
-    "rm",
-    "touch",
-    "head",
-]
+
+
+def applets(busybox: str) -> list[str]:
+    """Every applet this busybox has (the CRI conformance tests use many: top, nslookup...)."""
+    out = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True)
+    return [a for a in out.stdout.split() if a and a != "busybox"]
 
 
 def _blob(out: tarfile.TarFile, data: bytes) -> tuple[str, int]:
@@ -58,7 +42,7 @@ def busybox_layer() -> bytes:
             info = tarfile.TarInfo(link)
             info.type, info.linkname = tarfile.SYMTYPE, target
             t.addfile(info)
-        for a in APPLETS:
+        for a in applets(src):
             info = tarfile.TarInfo(f"bin/{a}")
             info.type, info.linkname = tarfile.SYMTYPE, "busybox"
             t.addfile(info)
