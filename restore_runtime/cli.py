@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from . import handshake
-from .artifact import signing
 from .artifact.verify import load_manifest, manifest_digest, verify
 from .contracts.annotations import RestoreOutcome
 from .contracts.report import RestoreReport
@@ -81,6 +80,8 @@ def _emit(args: argparse.Namespace, data: dict, text: str) -> None:
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
+    from .artifact import signing
+
     key = signing.load_private_key(args.sign_key) if args.sign_key else None
     res = checkpoint(
         CheckpointRequest(
@@ -108,6 +109,8 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    from .artifact import signing
+
     key = signing.load_public_key(args.verify_key) if args.verify_key else None
     try:
         report = restore(
@@ -143,6 +146,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from .artifact import signing
+
     key = signing.load_public_key(args.verify_key) if args.verify_key else None
     _, problems = verify(args.artifact, key)
     if args.json:
@@ -182,6 +187,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
+    from .artifact import signing
+
     signing.generate_keypair(args.private, args.public)
     print(f"wrote {args.private} (keep secret) and {args.public}")
     return 0

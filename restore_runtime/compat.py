@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .contracts.manifest import Compat, GpuInfo
 from .criu.runner import criu_version, version_tuple
-from .cuda.driver import CudaDriver, driver_version
+from .cuda.driver import CudaDriver, cuda_driver_version, driver_version, proc_gpus
 from .errors import CompatReason
 
 
@@ -32,8 +32,11 @@ def kernel_series(release: str) -> tuple[int, ...]:
     return version_tuple(release)[:2]
 
 
-def host_info(cuda: CudaDriver | None = None, image_digest: str | None = None) -> HostInfo:
-    """Describe this host; GPUs and driver are only read when a ``cuda`` handle is given."""
+def host_info(
+    cuda: CudaDriver | None = None, image_digest: str | None = None, with_gpus: bool = False
+) -> HostInfo:
+    """Describe this host. GPUs and driver come from the ``cuda`` handle when given, else (with
+    ``with_gpus``) from the kernel driver's /proc files, without initialising CUDA."""
     info = HostInfo(
         arch=platform.machine(),
         kernel=os.uname().release,
@@ -44,6 +47,10 @@ def host_info(cuda: CudaDriver | None = None, image_digest: str | None = None) -
         info.driver_version = driver_version()
         info.cuda_driver_version = cuda.cuda_version()
         info.gpus = cuda.gpus()
+    elif with_gpus:
+        info.driver_version = driver_version()
+        info.cuda_driver_version = cuda_driver_version()
+        info.gpus = proc_gpus()
     return info
 
 

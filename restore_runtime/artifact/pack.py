@@ -11,12 +11,14 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 
 from ..contracts.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
 from ..errors import ArtifactExists, SnapshotError
-from . import signing
 from .hashing import ProgressFn, Slice, default_workers, hash_slices, slices
 
 _AT_FDCWD = -100
@@ -117,6 +119,8 @@ def write_manifest(root: Path, manifest: Manifest, sign_key: Ed25519PrivateKey |
     data = manifest.to_json()
     _write_synced(root / MANIFEST_NAME, data)
     if sign_key is not None:
+        from . import signing
+
         _write_synced(root / SIGNATURE_NAME, signing.sign(data, sign_key))
     return "sha256:" + hashlib.sha256(data).hexdigest()
 

@@ -10,13 +10,15 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from pydantic import ValidationError
 
 from ..contracts.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
 from ..errors import Problem, VerificationError
-from . import signing
 from .hashing import ProgressFn, Slice, hash_slices, slices
 
 
@@ -82,6 +84,8 @@ def plan(
         except FileNotFoundError:
             problems.append(Problem(SIGNATURE_NAME, "signature", "missing, but a key is set"))
         else:
+            from . import signing
+
             if not signing.signature_valid(raw, sig, public_key):
                 problems.append(
                     Problem(SIGNATURE_NAME, "signature", "does not match manifest.json")

@@ -28,6 +28,35 @@ def driver_version() -> str | None:
     return m.group(1) if m else None
 
 
+_GPUS_DIR = Path("/proc/driver/nvidia/gpus")
+
+
+def proc_gpus() -> list[GpuInfo]:
+    """The GPUs as the kernel driver lists them (product and UUID), without initialising
+    CUDA: cuInit takes ~0.2 s, which the restore path overlaps with CRIU instead of waiting
+    for it before the compatibility gates. Empty when the driver does not expose them."""
+    out = []
+    for info in sorted(_GPUS_DIR.glob("*/information")):
+        fields = {}
+        for line in info.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+        if fields.get("GPU UUID", "").startswith("GPU-") and fields.get("Model"):
+            out.append(GpuInfo(uuid=fields["GPU UUID"], product=fields["Model"], memoryMiB=0))
+    return out
+
+
+def cuda_driver_version() -> int | None:
+    """The CUDA version the driver supports (e.g. 13000); needs no cuInit."""
+    try:
+        from cuda.bindings import driver as drv
+
+        err, v = drv.cuDriverGetVersion()
+    except Exception:
+        return None
+    return int(v) if err == drv.CUresult.CUDA_SUCCESS else None
+
+
 def format_uuid(raw: bytes) -> str:
     h = raw.hex()
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"

@@ -12,8 +12,11 @@ import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 
 from .. import handshake, procs
 from ..artifact.pack import Staging, describe_files, write_manifest

@@ -20,8 +20,11 @@ import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 
 from .. import handshake, mounts, procs
 from ..artifact.verify import check_digests, load_manifest, manifest_digest, plan
@@ -69,7 +72,7 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
     ok = False
     try:
         with timer.phase("verify"):
-            # Opening the CUDA driver (cuInit, ~0.2s) overlaps the hashing. The unverified
+            # Opening the CUDA driver (cuInit, ~0.2s) overlaps hashing and CRIU. The unverified
             # manifest only decides whether to open it; nothing else is taken from it.
             cuda = pool.submit(_open_cuda, artifact)
             manifest, problems, jobs = plan(artifact, req.verify_key)
@@ -80,12 +83,12 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
                 raise VerificationError(problems)
             late: Future = pool.submit(check_digests, pages, None, progress.add_bytes)
             digest = manifest_digest(artifact)
-            drv = cuda.result() if manifest.uses_cuda else None
         with timer.phase("setup"):
             runner.require_version()
-            if manifest.uses_cuda and drv is None:
-                drv = CudaDriver()  # raises the driver's own error
-            host = host_info(drv, image_digest=req.image_digest)
+            # cuInit (in ``cuda``) goes on meanwhile; the gates read the GPUs from /proc
+            host = host_info(None, req.image_digest, with_gpus=manifest.uses_cuda)
+            if manifest.uses_cuda and not host.gpus:  # no /proc inventory: ask CUDA
+                host = host_info(_driver(cuda), image_digest=req.image_digest)
             if not req.skip_compat and (reasons := check(manifest.compat, host)):
                 raise IncompatibleError(reasons)
             req.restorer.prepare(artifact, manifest)
@@ -110,7 +113,7 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
                 os.kill(p, signal.SIGCONT)
         if manifest.uses_cuda:
             with timer.phase("cuda"):
-                _restore_gpu(drv, manifest, pid, gpu_pairs(manifest.compat, host))
+                _restore_gpu(_driver(cuda), manifest, pid, gpu_pairs(manifest.compat, host))
         pod_ip = new_ips[0] if new_ips else (manifest.network.pod_ips or [None])[0]
         with timer.phase("wake"):
             if req.control_dir:
@@ -183,6 +186,11 @@ def _stage_images(src: Path, work: Path) -> Path:
 def _unstage_images(work: Path) -> None:
     with contextlib.suppress(OSError):
         mounts.unmount(str(work / "images"))
+
+
+def _driver(cuda: Future) -> CudaDriver:
+    """The CUDA driver opened in the background, or its own error when it could not be."""
+    return cuda.result() or CudaDriver()
 
 
 def _open_cuda(artifact: Path) -> CudaDriver | None:
