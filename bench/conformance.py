@@ -32,15 +32,16 @@ def run_critest(node: Containerd, handler: str, report_dir: Path, focus: str | N
                       f"webServerTestImage: {DEFAULT_IMAGE}\n")  # fmt: skip
     cmd = [str(TOOLS_BIN / "critest"), f"-runtime-endpoint=unix://{node.address}",
            f"-image-endpoint=unix://{node.address}", f"-runtime-handler={handler}",
-           f"-test-images-file={images}", f"-report-dir={report_dir}",
-           f"-report-prefix={handler}", "-ginkgo.no-color", "-ginkgo.timeout=25m"]  # fmt: skip
+           f"-test-images-file={images}",
+           f"-ginkgo.junit-report={report_dir / (handler + '.xml')}", "-ginkgo.no-color",
+           "-ginkgo.timeout=25m"]  # fmt: skip
     if focus:
         cmd.append(f"-ginkgo.focus={focus}")
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True)
     (report_dir / f"{handler}.log").write_text(p.stdout + p.stderr)
     results: dict[str, str] = {}
-    for xml in report_dir.glob(f"{handler}*.xml"):
+    for xml in report_dir.glob(f"{handler}.xml"):
         for case in ET.parse(xml).getroot().iter("testcase"):
             name = case.get("name", "")
             if case.find("skipped") is not None:
@@ -61,7 +62,7 @@ def main() -> int:
     args = ap.parse_args()
     node = Containerd(Path(f"/tmp/snapshot-conf-{uuid.uuid4().hex[:6]}"),
                       bin_dirs=[str(Path(sys.executable).parent)])  # fmt: skip
-    report_dir = Path(args.out) / "conformance"
+    report_dir = Path(args.out).absolute() / "conformance"
     report_dir.mkdir(parents=True, exist_ok=True)
     try:
         node.start()

@@ -18,6 +18,7 @@ from google.protobuf import empty_pb2
 from restore_runtime import mounts
 
 from .. import VERSION
+from ..process import oom
 from ..process.io import StdioPaths
 from ..process.process import ExecProcess, InitProcess, Process, validate_exec_spec
 from ..process.states import CreatedFromArtifact, Deleted
@@ -39,6 +40,8 @@ class Container:
     init: InitProcess
     execs: dict[str, ExecProcess] = field(default_factory=dict)
     rootfs_mounted: bool = False
+    cgroups_path: str | None = None
+    oom_baseline: int = 0
 
     def process(self, exec_id: str) -> Process:
         if not exec_id:
@@ -97,6 +100,9 @@ class TaskService:
         for c in self.containers.values():
             for p in (c.init, *c.execs.values()):
                 if p.pid == pid and not p.done.is_set():
+                    if p is c.init and oom.oom_kills(c.cgroups_path) > c.oom_baseline:
+                        # before TaskExit, so CRI records reason OOMKilled
+                        self.events.publish(events_pb2.TaskOOM(container_id=c.id))
                     p.set_exited(code)
                     self.events.publish(
                         events_pb2.TaskExit(container_id=c.id, id=p.exec_id or c.id, pid=pid,
@@ -145,7 +151,9 @@ class TaskService:
             container_id=r.id, exec_id="", runc=self.runc, workdir=workdir, bundle=bundle,
             stdio=StdioPaths(r.stdin, r.stdout, r.stderr, r.terminal),
         )  # fmt: skip
-        c = Container(r.id, bundle, init, rootfs_mounted=mounted)
+        cgroups = (spec.get("linux") or {}).get("cgroupsPath")
+        c = Container(r.id, bundle, init, rootfs_mounted=mounted, cgroups_path=cgroups,
+                      oom_baseline=oom.oom_kills(cgroups))  # fmt: skip
         restorer = self.restorer_factory(init, spec) if self.restorer_factory else None
         try:
             if restorer is not None:
