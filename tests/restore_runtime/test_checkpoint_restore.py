@@ -25,6 +25,14 @@ from tests.helpers import ask, kill, snapshotctl, start_counter
 pytestmark = [requires_criu, pytest.mark.root]
 
 
+@pytest.fixture
+def ctl(tmp_path: Path) -> Path:
+    """The control directory of the handshake."""
+    d = tmp_path / "ctl"
+    d.mkdir()
+    return d
+
+
 def _restore_cli(art: Path, tmp: Path, *extra: str) -> tuple[int, dict]:
     pidfile = tmp / f"restored-{len(list(tmp.iterdir()))}.pid"
     out = snapshotctl("restore", str(art), "--pidfile", str(pidfile), "--json", *extra)
@@ -69,9 +77,7 @@ def test_restore_twice_from_one_artifact(tmp_path, cleanup_pids):
     assert snapshotctl("verify", str(art)).stdout.strip() == "OK"
 
 
-def test_handshake_quiesces_and_resumes(tmp_path, cleanup_pids):
-    ctl = tmp_path / "ctl"
-    ctl.mkdir()
+def test_handshake_quiesces_and_resumes(tmp_path, ctl, cleanup_pids):
     pid, port = start_counter(tmp_path, control_dir=ctl)
     cleanup_pids.append(pid)
     ask("127.0.0.1", port)
@@ -87,9 +93,7 @@ def test_handshake_quiesces_and_resumes(tmp_path, cleanup_pids):
     assert "resumed mode=restored" in log
 
 
-def test_handshake_timeout_is_clear_and_leaves_nothing(tmp_path, cleanup_pids):
-    ctl = tmp_path / "ctl"
-    ctl.mkdir()
+def test_handshake_timeout_is_clear_and_leaves_nothing(tmp_path, ctl, cleanup_pids):
     pid, port = start_counter(tmp_path)  # not handshake-aware
     cleanup_pids.append(pid)
     art = tmp_path / "art"
@@ -100,9 +104,7 @@ def test_handshake_timeout_is_clear_and_leaves_nothing(tmp_path, cleanup_pids):
     assert ask("127.0.0.1", port)["count"] == "1"
 
 
-def test_leave_running_keeps_source_serving(tmp_path, cleanup_pids):
-    ctl = tmp_path / "ctl"
-    ctl.mkdir()
+def test_leave_running_keeps_source_serving(tmp_path, ctl, cleanup_pids):
     pid, port = start_counter(tmp_path, control_dir=ctl)
     cleanup_pids.append(pid)
     ask("127.0.0.1", port)
@@ -117,7 +119,7 @@ def test_leave_running_keeps_source_serving(tmp_path, cleanup_pids):
     assert ask("127.0.0.1", port)["count"] == "2", "the replica starts from the dumped state"
 
 
-def test_signed_artifact_needs_matching_key(tmp_path, cleanup_pids):
+def test_signed_artifact_needs_matching_key(tmp_path, ctl, cleanup_pids):
     priv, pub = tmp_path / "k", tmp_path / "k.pub"
     other_priv, other_pub = tmp_path / "o", tmp_path / "o.pub"
     snapshotctl("keygen", "--private", str(priv), "--public", str(pub))
@@ -126,8 +128,6 @@ def test_signed_artifact_needs_matching_key(tmp_path, cleanup_pids):
     cleanup_pids.append(pid)
     art = tmp_path / "art"
     snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art), "--sign-key", str(priv))
-    ctl = tmp_path / "ctl"
-    ctl.mkdir()
     bad = snapshotctl("restore", str(art), "--verify-key", str(other_pub), "--control-dir",
                       str(ctl), check=False)  # fmt: skip
     assert bad.returncode == 1
