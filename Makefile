@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv tools test demo bench lint fmt generate clean
+.PHONY: setup system venv tools test demo bench conformance lint fmt generate clean
 
 setup: system venv tools
 
@@ -34,6 +34,11 @@ demo: setup
 
 bench: setup
 	$(PY) -m bench.cpu
+
+# CRI conformance (critest) under runc and under snapshot; ~16 min, so not part of make test.
+# Results: bench/results/conformance.json
+conformance: setup
+	$(PY) -m bench.conformance
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -12,6 +12,7 @@ fails the start under ``strict``.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -73,8 +74,17 @@ def test_plain_container_logs_exec_exit(cri):
         while "hello" not in c.run("logs", ctr).stdout:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+        if handler == "snapshot":
+            # the pod's sandbox and container share one shim, keyed on the sandbox id
+            assert shims_for(pod) == 1 and shims_for(ctr) == 0
         c.run("stop", "-t", "1", ctr)
         assert c.inspect(ctr)["status"]["state"] == "CONTAINER_EXITED"
+
+
+def shims_for(id_: str) -> int:
+    out = subprocess.run(["pgrep", "-f", "--", f"-m shim .*-id {id_}"], capture_output=True,
+                         text=True)  # fmt: skip
+    return len(out.stdout.split())
 
 
 def checkpoint_pod_a(cri, tmp_path) -> tuple[Path, str, dict]:
