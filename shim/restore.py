@@ -116,6 +116,12 @@ class ShimRestorer:
         # The engine is imported by restoring containers only: plain pods stay light.
         from restore_runtime.executor import RestoreRequest, restore
 
+        if p.stdio.terminal:
+            from restore_runtime.errors import SnapshotError
+
+            await self._failed(p, SnapshotError("restoring a container with a terminal (tty) "
+                                                "is not supported"))  # fmt: skip
+            return
         p.io = await ProcessIO.open(p.stdio)
         req = RestoreRequest(
             artifact=self.artifact,

@@ -8,9 +8,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import logging
 import os
+import socket
+import struct
+import termios
+import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..runc.driver import Stdio
 
@@ -34,11 +40,26 @@ class ProcessIO:
     child: Stdio = field(default_factory=Stdio)
     _close_after_start: list[int] = field(default_factory=list)
     _tasks: list[asyncio.Task] = field(default_factory=list)
+    _outputs: list[asyncio.Task] = field(default_factory=list)
     _stdin_w: int | None = None
 
+    #: for a terminal: where runc sends the pty master (--console-socket)
+    console_socket: str | None = None
+    _console: socket.socket | None = None
+    master: int | None = None
+
     @classmethod
-    async def open(cls, paths: StdioPaths) -> ProcessIO:
+    async def open(cls, paths: StdioPaths, workdir: Path | None = None) -> ProcessIO:
         io = cls(paths)
+        if paths.terminal:
+            # runc connects here and passes the pty master it made (SCM_RIGHTS); the shim
+            # then copies between the master and containerd's FIFOs.
+            path = (workdir or Path("/tmp")) / f"console-{uuid.uuid4().hex[:8]}.sock"
+            io._console = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            io._console.bind(str(path))
+            io._console.listen(1)
+            io.console_socket = str(path)
+            return io
         if paths.stdin:
             r, w = os.pipe()
             io.child.stdin = r
@@ -52,8 +73,30 @@ class ProcessIO:
             r, w = os.pipe()
             setattr(io.child, name, w)
             io._close_after_start.append(w)
-            io._tasks.append(asyncio.ensure_future(io._copy_out(r, path)))
+            io._output(io._copy_out(r, path))
         return io
+
+    async def receive_master(self, timeout: float = 30.0) -> None:
+        """Take the pty master from runc (call while runc create/exec runs), start copying."""
+        assert self._console is not None
+        loop = asyncio.get_running_loop()
+        self._console.settimeout(timeout)
+        try:
+            self.master = await loop.run_in_executor(None, _recv_fd, self._console)
+        finally:
+            self._console.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self.console_socket or "")
+        if self.paths.stdout:
+            self._output(self._copy_out(os.dup(self.master), self.paths.stdout))
+        if self.paths.stdin:
+            self._stdin_w = os.dup(self.master)
+            self._tasks.append(asyncio.ensure_future(self._copy_in(self.paths.stdin,
+                                                                   self._stdin_w)))  # fmt: skip
+
+    def resize(self, width: int, height: int) -> None:
+        if self.master is not None:
+            fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
 
     def after_start(self) -> None:
         """The process holds its ends now; drop ours so EOF propagates when it exits."""
@@ -68,15 +111,27 @@ class ProcessIO:
                 os.close(self._stdin_w)
             self._stdin_w = None
 
+    def _output(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.append(task)
+        self._outputs.append(task)
+
     async def wait_drained(self, timeout: float = 5.0) -> None:
-        """Wait for output copies to finish (the process exited and its pipes hit EOF)."""
-        outs = [t for t in self._tasks if not t.done()]
+        """Wait for output copies to finish (the process exited and its pipes hit EOF); stdin
+        is not waited for, containerd may keep it open."""
+        outs = [t for t in self._outputs if not t.done()]
         if outs:
             await asyncio.wait(outs, timeout=timeout)
 
     def close(self) -> None:
         self.after_start()
         self.close_stdin()
+        if self._console is not None:
+            self._console.close()
+        if self.master is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.master)
+            self.master = None
         for t in self._tasks:
             t.cancel()
 
@@ -117,6 +172,15 @@ class ProcessIO:
         finally:
             os.close(r)
             self.close_stdin()
+
+
+def _recv_fd(sock: socket.socket) -> int:
+    conn, _ = sock.accept()
+    with conn:
+        _, fds, _, _ = socket.recv_fds(conn, 4096, 1)
+    if not fds:
+        raise OSError("runc sent no pty master over the console socket")
+    return fds[0]
 
 
 def _read(fd: int) -> bytes:

@@ -47,6 +47,8 @@ class Process:
     exited_at: float | None = None
     io: ProcessIO | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the exit was reaped and is being reported (after its output is drained)
+    exiting: bool = False
 
     @property
     def pidfile(self) -> Path:
@@ -88,10 +90,14 @@ class InitProcess(Process):
     restorer: object | None = None
 
     async def do_create(self) -> None:
-        self.io = await ProcessIO.open(self.stdio)
-        await runc_call(
-            self.runc.create(self.container_id, self.bundle, self.pidfile, self.io.child, None)
-        )
+        self.io = await ProcessIO.open(self.stdio, self.workdir)
+        await with_console(
+            self.io,
+            runc_call(
+                self.runc.create(self.container_id, self.bundle, self.pidfile, self.io.child,
+                                 self.io.console_socket)
+            ),
+        )  # fmt: skip
         self.io.after_start()
         self.pid = self._read_pid()
 
@@ -130,16 +136,35 @@ class ExecProcess(Process):
     async def do_start(self) -> None:
         spec_path = self.workdir / f"{self.exec_id}.process.json"
         spec_path.write_bytes(self.spec)
-        self.io = await ProcessIO.open(self.stdio)
+        self.io = await ProcessIO.open(self.stdio, self.workdir)
         try:
-            await runc_call(
-                self.runc.exec(self.container_id, spec_path, self.pidfile, self.io.child, None)
-            )
+            await with_console(
+                self.io,
+                runc_call(
+                    self.runc.exec(self.container_id, spec_path, self.pidfile, self.io.child,
+                                   self.io.console_socket)
+                ),
+            )  # fmt: skip
         except RPCError:
             self.io.close()
             raise
         self.io.after_start()
         self.pid = self._read_pid()
+
+
+async def with_console(io: ProcessIO, runc_coro) -> None:
+    """Run a runc create/exec; for a terminal, take the pty master it sends meanwhile."""
+    if io.console_socket is None:
+        await runc_coro
+        return
+    receiving = asyncio.ensure_future(io.receive_master())
+    try:
+        await runc_coro
+    except BaseException:
+        receiving.cancel()
+        io.close()
+        raise
+    await receiving
 
 
 def validate_exec_spec(spec: bytes) -> None:

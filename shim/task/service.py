@@ -70,6 +70,7 @@ class TaskService:
         self.containers: dict[str, Container] = {}
         self.restorer_factory = restorer_factory
         self.on_empty = on_empty
+        self._exit_tasks: set[asyncio.Task] = set()
         reaper.subscribe(self._on_exit)
 
     def handlers(self) -> Handlers:
@@ -99,22 +100,32 @@ class TaskService:
     def _on_exit(self, pid: int, code: int) -> None:
         for c in self.containers.values():
             for p in (c.init, *c.execs.values()):
-                if p.pid == pid and not p.done.is_set():
-                    if p is c.init and oom.oom_kills(c.cgroups_path) > c.oom_baseline:
-                        # before TaskExit, so CRI records reason OOMKilled
-                        self.events.publish(events_pb2.TaskOOM(container_id=c.id))
-                    p.set_exited(code)
-                    self.events.publish(
-                        events_pb2.TaskExit(container_id=c.id, id=p.exec_id or c.id, pid=pid,
-                                            exit_status=code, exited_at=timestamp(p.exited_at))
-                    )  # fmt: skip
-                    if p is c.init:
-                        # the container's other processes die with its init (runc shim does so)
-                        for e in c.execs.values():
-                            if not e.done.is_set() and e.pid:
-                                with contextlib.suppress(ProcessLookupError):
-                                    os.kill(e.pid, signal.SIGKILL)
+                if p.pid == pid and not p.done.is_set() and not p.exiting:
+                    p.exiting = True
+                    task = asyncio.ensure_future(self._finish_exit(c, p, code))
+                    self._exit_tasks.add(task)
+                    task.add_done_callback(self._exit_tasks.discard)
                     return
+
+    async def _finish_exit(self, c: Container, p: Process, code: int) -> None:
+        """Report an exit once the process's output is copied (bounded), as the runc shim
+        does: a client that stops reading at the exit event must not lose the last lines."""
+        if p.io is not None:
+            await p.io.wait_drained(timeout=2.0)
+        if p is c.init and oom.oom_kills(c.cgroups_path) > c.oom_baseline:
+            # before TaskExit, so CRI records reason OOMKilled
+            self.events.publish(events_pb2.TaskOOM(container_id=c.id))
+        p.set_exited(code)
+        self.events.publish(
+            events_pb2.TaskExit(container_id=c.id, id=p.exec_id or c.id, pid=p.pid,
+                                exit_status=code, exited_at=timestamp(p.exited_at))
+        )  # fmt: skip
+        if p is c.init:
+            # the container's other processes die with its init (the runc shim does so)
+            for e in c.execs.values():
+                if not e.done.is_set() and e.pid:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(e.pid, signal.SIGKILL)
 
     def _check_already_exited(self, p: Process) -> None:
         """The process may have exited before its pid was known (reaped, not yet matched)."""
@@ -128,8 +139,6 @@ class TaskService:
             raise RPCError(Code.INVALID_ARGUMENT, "container id is empty")
         if r.id in self.containers:
             raise RPCError(Code.ALREADY_EXISTS, f"container {r.id!r} already exists")
-        if r.terminal:
-            raise RPCError(Code.UNIMPLEMENTED, "terminal (tty) containers are not supported yet")
         bundle = Path(r.bundle)
         try:
             spec = json.loads((bundle / "config.json").read_text())
@@ -217,8 +226,6 @@ class TaskService:
             raise RPCError(Code.ALREADY_EXISTS, f"exec {r.exec_id!r} already exists")
         if not r.exec_id:
             raise RPCError(Code.INVALID_ARGUMENT, "exec id is empty")
-        if r.terminal:
-            raise RPCError(Code.UNIMPLEMENTED, "terminal (tty) exec is not supported yet")
         if isinstance(c.init.state, Deleted) or c.init.done.is_set():
             raise RPCError(Code.FAILED_PRECONDITION, f"container {c.id} is not running")
         validate_exec_spec(r.spec.value)
@@ -278,8 +285,11 @@ class TaskService:
         return empty_pb2.Empty()
 
     async def resize_pty(self, r: shim_pb2.ResizePtyRequest) -> empty_pb2.Empty:
-        self._get(r.id).process(r.exec_id)
-        return empty_pb2.Empty()  # no terminals yet: nothing to resize
+        p = self._get(r.id).process(r.exec_id)
+        if p.io is None or p.io.master is None:
+            raise RPCError(Code.FAILED_PRECONDITION, "process has no terminal")
+        p.io.resize(r.width, r.height)
+        return empty_pb2.Empty()
 
     async def update(self, r: shim_pb2.UpdateTaskRequest) -> empty_pb2.Empty:
         c = self._get(r.id)

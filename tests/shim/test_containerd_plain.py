@@ -4,6 +4,7 @@ container group. Cases run under both runtimes and must agree."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 
@@ -64,3 +65,34 @@ def test_errors_are_errors(containerd, runtime):
                        check=False)  # fmt: skip
     assert r.returncode != 0
     assert "no such file" in (r.stderr + r.stdout).lower()
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_terminal(containerd, runtime, tmp_path):
+    """A container with a tty (ctr run -t, given a pseudo-terminal by script(1)): the process
+    sees a terminal, and its output reaches the client through the pty."""
+    name = cid("tty")
+    ctr = (f"ctr --address {containerd.address} -n k8s.io run --rm -t --runtime {runtime} "
+           f"{IMAGE} {name} sh -c 'tty; echo tty-ok'")  # fmt: skip
+    r = subprocess.run(["script", "-qec", ctr, "/dev/null"], capture_output=True, text=True,
+                       timeout=60, env=containerd.env())  # fmt: skip
+    assert "/dev/pts/" in r.stdout, r.stdout + r.stderr
+    assert "tty-ok" in r.stdout
+    assert r.returncode == 0
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_exec_with_terminal(containerd, runtime):
+    name = cid("ttyexec")
+    containerd.ctr("run", "-d", "--runtime", runtime, IMAGE, name, "sleep", "1000")
+    try:
+        cmd = (f"ctr --address {containerd.address} -n k8s.io task exec -t --exec-id t1 "
+               f"{name} sh -c 'tty; echo exec-tty-ok'")  # fmt: skip
+        r = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True,
+                           text=True, timeout=60, env=containerd.env())  # fmt: skip
+        assert "/dev/pts/" in r.stdout and "exec-tty-ok" in r.stdout, r.stdout + r.stderr
+    finally:
+        containerd.ctr("task", "kill", "-s", "SIGKILL", name, check=False)
+        time.sleep(0.3)
+        containerd.ctr("task", "delete", "-f", name, check=False)
+        containerd.ctr("containers", "delete", name, check=False)
