@@ -32,8 +32,9 @@ test: setup
 demo: setup
 	$(PY) -m examples.cpu_demo.run
 
+# shim overheads against the runc shim (the GPU proof runs on a GPU machine: bench/gpu/proof.py)
 bench: setup
-	$(PY) -m bench.cpu
+	$(PY) -m bench.shim_overhead
 
 # CRI conformance (critest) under runc and under snapshot; ~16 min, so not part of make test.
 # Results: bench/results/conformance.json
