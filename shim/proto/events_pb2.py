@@ -4,15 +4,18 @@
 # source: shim/proto/events.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "shim/proto/events.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'shim/proto/events.proto'
 )
 # @@protoc_insertion_point(imports)
 
@@ -25,37 +28,35 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from shim.proto import types_pb2 as shim_dot_proto_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x17shim/proto/events.proto\x12\x11\x63ontainerd.events\x1a\x19google/protobuf/any.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16shim/proto/types.proto"I\n\x06TaskIO\x12\r\n\x05stdin\x18\x01 \x01(\t\x12\x0e\n\x06stdout\x18\x02 \x01(\t\x12\x0e\n\x06stderr\x18\x03 \x01(\t\x12\x10\n\x08terminal\x18\x04 \x01(\x08"\xa6\x01\n\nTaskCreate\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0e\n\x06\x62undle\x18\x02 \x01(\t\x12*\n\x06rootfs\x18\x03 \x03(\x0b\x32\x1a.containerd.v1.types.Mount\x12%\n\x02io\x18\x04 \x01(\x0b\x32\x19.containerd.events.TaskIO\x12\x12\n\ncheckpoint\x18\x05 \x01(\t\x12\x0b\n\x03pid\x18\x06 \x01(\r".\n\tTaskStart\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\r"\x7f\n\nTaskDelete\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\r\x12\x13\n\x0b\x65xit_status\x18\x03 \x01(\r\x12-\n\texited_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\n\n\x02id\x18\x05 \x01(\t"}\n\x08TaskExit\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\x12\x13\n\x0b\x65xit_status\x18\x04 \x01(\r\x12-\n\texited_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp"\x1f\n\x07TaskOOM\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t"6\n\rTaskExecAdded\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t"E\n\x0fTaskExecStarted\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r"<\n\x10TaskCheckpointed\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x12\n\ncheckpoint\x18\x02 \x01(\t"\x80\x01\n\x08\x45nvelope\x12-\n\ttimestamp\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12#\n\x05\x65vent\x18\x04 \x01(\x0b\x32\x14.google.protobuf.Any"?\n\x0e\x46orwardRequest\x12-\n\x08\x65nvelope\x18\x01 \x01(\x0b\x32\x1b.containerd.events.Envelope2N\n\x06\x45vents\x12\x44\n\x07\x46orward\x12!.containerd.events.ForwardRequest\x1a\x16.google.protobuf.Emptyb\x06proto3'
-)
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17shim/proto/events.proto\x12\x11\x63ontainerd.events\x1a\x19google/protobuf/any.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16shim/proto/types.proto\"I\n\x06TaskIO\x12\r\n\x05stdin\x18\x01 \x01(\t\x12\x0e\n\x06stdout\x18\x02 \x01(\t\x12\x0e\n\x06stderr\x18\x03 \x01(\t\x12\x10\n\x08terminal\x18\x04 \x01(\x08\"\xa6\x01\n\nTaskCreate\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0e\n\x06\x62undle\x18\x02 \x01(\t\x12*\n\x06rootfs\x18\x03 \x03(\x0b\x32\x1a.containerd.v1.types.Mount\x12%\n\x02io\x18\x04 \x01(\x0b\x32\x19.containerd.events.TaskIO\x12\x12\n\ncheckpoint\x18\x05 \x01(\t\x12\x0b\n\x03pid\x18\x06 \x01(\r\".\n\tTaskStart\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\r\"\x7f\n\nTaskDelete\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\r\x12\x13\n\x0b\x65xit_status\x18\x03 \x01(\r\x12-\n\texited_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\n\n\x02id\x18\x05 \x01(\t\"}\n\x08TaskExit\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\x12\x13\n\x0b\x65xit_status\x18\x04 \x01(\r\x12-\n\texited_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1f\n\x07TaskOOM\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\"6\n\rTaskExecAdded\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\"E\n\x0fTaskExecStarted\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\"<\n\x10TaskCheckpointed\x12\x14\n\x0c\x63ontainer_id\x18\x01 \x01(\t\x12\x12\n\ncheckpoint\x18\x02 \x01(\t\"\x80\x01\n\x08\x45nvelope\x12-\n\ttimestamp\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12#\n\x05\x65vent\x18\x04 \x01(\x0b\x32\x14.google.protobuf.Any\"?\n\x0e\x46orwardRequest\x12-\n\x08\x65nvelope\x18\x01 \x01(\x0b\x32\x1b.containerd.events.Envelope2N\n\x06\x45vents\x12\x44\n\x07\x46orward\x12!.containerd.events.ForwardRequest\x1a\x16.google.protobuf.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "shim.proto.events_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'shim.proto.events_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    DESCRIPTOR._loaded_options = None
-    _globals["_TASKIO"]._serialized_start = 159
-    _globals["_TASKIO"]._serialized_end = 232
-    _globals["_TASKCREATE"]._serialized_start = 235
-    _globals["_TASKCREATE"]._serialized_end = 401
-    _globals["_TASKSTART"]._serialized_start = 403
-    _globals["_TASKSTART"]._serialized_end = 449
-    _globals["_TASKDELETE"]._serialized_start = 451
-    _globals["_TASKDELETE"]._serialized_end = 578
-    _globals["_TASKEXIT"]._serialized_start = 580
-    _globals["_TASKEXIT"]._serialized_end = 705
-    _globals["_TASKOOM"]._serialized_start = 707
-    _globals["_TASKOOM"]._serialized_end = 738
-    _globals["_TASKEXECADDED"]._serialized_start = 740
-    _globals["_TASKEXECADDED"]._serialized_end = 794
-    _globals["_TASKEXECSTARTED"]._serialized_start = 796
-    _globals["_TASKEXECSTARTED"]._serialized_end = 865
-    _globals["_TASKCHECKPOINTED"]._serialized_start = 867
-    _globals["_TASKCHECKPOINTED"]._serialized_end = 927
-    _globals["_ENVELOPE"]._serialized_start = 930
-    _globals["_ENVELOPE"]._serialized_end = 1058
-    _globals["_FORWARDREQUEST"]._serialized_start = 1060
-    _globals["_FORWARDREQUEST"]._serialized_end = 1123
-    _globals["_EVENTS"]._serialized_start = 1125
-    _globals["_EVENTS"]._serialized_end = 1203
+  DESCRIPTOR._loaded_options = None
+  _globals['_TASKIO']._serialized_start=159
+  _globals['_TASKIO']._serialized_end=232
+  _globals['_TASKCREATE']._serialized_start=235
+  _globals['_TASKCREATE']._serialized_end=401
+  _globals['_TASKSTART']._serialized_start=403
+  _globals['_TASKSTART']._serialized_end=449
+  _globals['_TASKDELETE']._serialized_start=451
+  _globals['_TASKDELETE']._serialized_end=578
+  _globals['_TASKEXIT']._serialized_start=580
+  _globals['_TASKEXIT']._serialized_end=705
+  _globals['_TASKOOM']._serialized_start=707
+  _globals['_TASKOOM']._serialized_end=738
+  _globals['_TASKEXECADDED']._serialized_start=740
+  _globals['_TASKEXECADDED']._serialized_end=794
+  _globals['_TASKEXECSTARTED']._serialized_start=796
+  _globals['_TASKEXECSTARTED']._serialized_end=865
+  _globals['_TASKCHECKPOINTED']._serialized_start=867
+  _globals['_TASKCHECKPOINTED']._serialized_end=927
+  _globals['_ENVELOPE']._serialized_start=930
+  _globals['_ENVELOPE']._serialized_end=1058
+  _globals['_FORWARDREQUEST']._serialized_start=1060
+  _globals['_FORWARDREQUEST']._serialized_end=1123
+  _globals['_EVENTS']._serialized_start=1125
+  _globals['_EVENTS']._serialized_end=1203
 # @@protoc_insertion_point(module_scope)

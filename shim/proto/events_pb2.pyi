@@ -22,13 +22,7 @@ class TaskIO(_message.Message):
     stdout: str
     stderr: str
     terminal: bool
-    def __init__(
-        self,
-        stdin: _Optional[str] = ...,
-        stdout: _Optional[str] = ...,
-        stderr: _Optional[str] = ...,
-        terminal: _Optional[bool] = ...,
-    ) -> None: ...
+    def __init__(self, stdin: _Optional[str] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., terminal: _Optional[bool] = ...) -> None: ...
 
 class TaskCreate(_message.Message):
     __slots__ = ("container_id", "bundle", "rootfs", "io", "checkpoint", "pid")
@@ -44,15 +38,7 @@ class TaskCreate(_message.Message):
     io: TaskIO
     checkpoint: str
     pid: int
-    def __init__(
-        self,
-        container_id: _Optional[str] = ...,
-        bundle: _Optional[str] = ...,
-        rootfs: _Optional[_Iterable[_Union[_types_pb2.Mount, _Mapping]]] = ...,
-        io: _Optional[_Union[TaskIO, _Mapping]] = ...,
-        checkpoint: _Optional[str] = ...,
-        pid: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, container_id: _Optional[str] = ..., bundle: _Optional[str] = ..., rootfs: _Optional[_Iterable[_Union[_types_pb2.Mount, _Mapping]]] = ..., io: _Optional[_Union[TaskIO, _Mapping]] = ..., checkpoint: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class TaskStart(_message.Message):
     __slots__ = ("container_id", "pid")
@@ -74,14 +60,7 @@ class TaskDelete(_message.Message):
     exit_status: int
     exited_at: _timestamp_pb2.Timestamp
     id: str
-    def __init__(
-        self,
-        container_id: _Optional[str] = ...,
-        pid: _Optional[int] = ...,
-        exit_status: _Optional[int] = ...,
-        exited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...,
-        id: _Optional[str] = ...,
-    ) -> None: ...
+    def __init__(self, container_id: _Optional[str] = ..., pid: _Optional[int] = ..., exit_status: _Optional[int] = ..., exited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., id: _Optional[str] = ...) -> None: ...
 
 class TaskExit(_message.Message):
     __slots__ = ("container_id", "id", "pid", "exit_status", "exited_at")
@@ -95,14 +74,7 @@ class TaskExit(_message.Message):
     pid: int
     exit_status: int
     exited_at: _timestamp_pb2.Timestamp
-    def __init__(
-        self,
-        container_id: _Optional[str] = ...,
-        id: _Optional[str] = ...,
-        pid: _Optional[int] = ...,
-        exit_status: _Optional[int] = ...,
-        exited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...,
-    ) -> None: ...
+    def __init__(self, container_id: _Optional[str] = ..., id: _Optional[str] = ..., pid: _Optional[int] = ..., exit_status: _Optional[int] = ..., exited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class TaskOOM(_message.Message):
     __slots__ = ("container_id",)
@@ -116,9 +88,7 @@ class TaskExecAdded(_message.Message):
     EXEC_ID_FIELD_NUMBER: _ClassVar[int]
     container_id: str
     exec_id: str
-    def __init__(
-        self, container_id: _Optional[str] = ..., exec_id: _Optional[str] = ...
-    ) -> None: ...
+    def __init__(self, container_id: _Optional[str] = ..., exec_id: _Optional[str] = ...) -> None: ...
 
 class TaskExecStarted(_message.Message):
     __slots__ = ("container_id", "exec_id", "pid")
@@ -128,12 +98,7 @@ class TaskExecStarted(_message.Message):
     container_id: str
     exec_id: str
     pid: int
-    def __init__(
-        self,
-        container_id: _Optional[str] = ...,
-        exec_id: _Optional[str] = ...,
-        pid: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, container_id: _Optional[str] = ..., exec_id: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class TaskCheckpointed(_message.Message):
     __slots__ = ("container_id", "checkpoint")
@@ -141,9 +106,7 @@ class TaskCheckpointed(_message.Message):
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     container_id: str
     checkpoint: str
-    def __init__(
-        self, container_id: _Optional[str] = ..., checkpoint: _Optional[str] = ...
-    ) -> None: ...
+    def __init__(self, container_id: _Optional[str] = ..., checkpoint: _Optional[str] = ...) -> None: ...
 
 class Envelope(_message.Message):
     __slots__ = ("timestamp", "namespace", "topic", "event")
@@ -155,13 +118,7 @@ class Envelope(_message.Message):
     namespace: str
     topic: str
     event: _any_pb2.Any
-    def __init__(
-        self,
-        timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...,
-        namespace: _Optional[str] = ...,
-        topic: _Optional[str] = ...,
-        event: _Optional[_Union[_any_pb2.Any, _Mapping]] = ...,
-    ) -> None: ...
+    def __init__(self, timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., namespace: _Optional[str] = ..., topic: _Optional[str] = ..., event: _Optional[_Union[_any_pb2.Any, _Mapping]] = ...) -> None: ...
 
 class ForwardRequest(_message.Message):
     __slots__ = ("envelope",)

@@ -4,15 +4,18 @@
 # source: shim/proto/shim.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "shim/proto/shim.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'shim/proto/shim.proto'
 )
 # @@protoc_insertion_point(imports)
 
@@ -25,69 +28,67 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from shim.proto import types_pb2 as shim_dot_proto_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x15shim/proto/shim.proto\x12\x12\x63ontainerd.task.v2\x1a\x19google/protobuf/any.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16shim/proto/types.proto"\xf2\x01\n\x11\x43reateTaskRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06\x62undle\x18\x02 \x01(\t\x12*\n\x06rootfs\x18\x03 \x03(\x0b\x32\x1a.containerd.v1.types.Mount\x12\x10\n\x08terminal\x18\x04 \x01(\x08\x12\r\n\x05stdin\x18\x05 \x01(\t\x12\x0e\n\x06stdout\x18\x06 \x01(\t\x12\x0e\n\x06stderr\x18\x07 \x01(\t\x12\x12\n\ncheckpoint\x18\x08 \x01(\t\x12\x19\n\x11parent_checkpoint\x18\t \x01(\t\x12%\n\x07options\x18\n \x01(\x0b\x32\x14.google.protobuf.Any"!\n\x12\x43reateTaskResponse\x12\x0b\n\x03pid\x18\x01 \x01(\r",\n\rDeleteRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t"a\n\x0e\x44\x65leteResponse\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x13\n\x0b\x65xit_status\x18\x02 \x01(\r\x12-\n\texited_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp"\x96\x01\n\x12\x45xecProcessRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\x12\x10\n\x08terminal\x18\x03 \x01(\x08\x12\r\n\x05stdin\x18\x04 \x01(\t\x12\x0e\n\x06stdout\x18\x05 \x01(\t\x12\x0e\n\x06stderr\x18\x06 \x01(\t\x12"\n\x04spec\x18\x07 \x01(\x0b\x32\x14.google.protobuf.Any"N\n\x10ResizePtyRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\x12\r\n\x05width\x18\x03 \x01(\r\x12\x0e\n\x06height\x18\x04 \x01(\r"+\n\x0cStateRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t"\xfb\x01\n\rStateResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06\x62undle\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\x12+\n\x06status\x18\x04 \x01(\x0e\x32\x1b.containerd.v1.types.Status\x12\r\n\x05stdin\x18\x05 \x01(\t\x12\x0e\n\x06stdout\x18\x06 \x01(\t\x12\x0e\n\x06stderr\x18\x07 \x01(\t\x12\x10\n\x08terminal\x18\x08 \x01(\x08\x12\x13\n\x0b\x65xit_status\x18\t \x01(\r\x12-\n\texited_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x65xec_id\x18\x0b \x01(\t"G\n\x0bKillRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\x12\x0e\n\x06signal\x18\x03 \x01(\r\x12\x0b\n\x03\x61ll\x18\x04 \x01(\x08"<\n\x0e\x43loseIORequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\x12\r\n\x05stdin\x18\x03 \x01(\x08"\x19\n\x0bPidsRequest\x12\n\n\x02id\x18\x01 \x01(\t"C\n\x0cPidsResponse\x12\x33\n\tprocesses\x18\x01 \x03(\x0b\x32 .containerd.v1.types.ProcessInfo"X\n\x15\x43heckpointTaskRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12%\n\x07options\x18\x03 \x01(\x0b\x32\x14.google.protobuf.Any"\xc9\x01\n\x11UpdateTaskRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\'\n\tresources\x18\x02 \x01(\x0b\x32\x14.google.protobuf.Any\x12K\n\x0b\x61nnotations\x18\x03 \x03(\x0b\x32\x36.containerd.task.v2.UpdateTaskRequest.AnnotationsEntry\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01"+\n\x0cStartRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t"\x1c\n\rStartResponse\x12\x0b\n\x03pid\x18\x01 \x01(\r"*\n\x0bWaitRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t"R\n\x0cWaitResponse\x12\x13\n\x0b\x65xit_status\x18\x01 \x01(\r\x12-\n\texited_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp"\x1a\n\x0cStatsRequest\x12\n\n\x02id\x18\x01 \x01(\t"4\n\rStatsResponse\x12#\n\x05stats\x18\x01 \x01(\x0b\x32\x14.google.protobuf.Any"\x1c\n\x0e\x43onnectRequest\x12\n\n\x02id\x18\x01 \x01(\t"F\n\x0f\x43onnectResponse\x12\x10\n\x08shim_pid\x18\x01 \x01(\r\x12\x10\n\x08task_pid\x18\x02 \x01(\r\x12\x0f\n\x07version\x18\x03 \x01(\t"*\n\x0fShutdownRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0b\n\x03now\x18\x02 \x01(\x08"\x1a\n\x0cPauseRequest\x12\n\n\x02id\x18\x01 \x01(\t"\x1b\n\rResumeRequest\x12\n\n\x02id\x18\x01 \x01(\t2\x8a\n\n\x04Task\x12L\n\x05State\x12 .containerd.task.v2.StateRequest\x1a!.containerd.task.v2.StateResponse\x12W\n\x06\x43reate\x12%.containerd.task.v2.CreateTaskRequest\x1a&.containerd.task.v2.CreateTaskResponse\x12L\n\x05Start\x12 .containerd.task.v2.StartRequest\x1a!.containerd.task.v2.StartResponse\x12O\n\x06\x44\x65lete\x12!.containerd.task.v2.DeleteRequest\x1a".containerd.task.v2.DeleteResponse\x12I\n\x04Pids\x12\x1f.containerd.task.v2.PidsRequest\x1a .containerd.task.v2.PidsResponse\x12\x41\n\x05Pause\x12 .containerd.task.v2.PauseRequest\x1a\x16.google.protobuf.Empty\x12\x43\n\x06Resume\x12!.containerd.task.v2.ResumeRequest\x1a\x16.google.protobuf.Empty\x12O\n\nCheckpoint\x12).containerd.task.v2.CheckpointTaskRequest\x1a\x16.google.protobuf.Empty\x12?\n\x04Kill\x12\x1f.containerd.task.v2.KillRequest\x1a\x16.google.protobuf.Empty\x12\x46\n\x04\x45xec\x12&.containerd.task.v2.ExecProcessRequest\x1a\x16.google.protobuf.Empty\x12I\n\tResizePty\x12$.containerd.task.v2.ResizePtyRequest\x1a\x16.google.protobuf.Empty\x12\x45\n\x07\x43loseIO\x12".containerd.task.v2.CloseIORequest\x1a\x16.google.protobuf.Empty\x12G\n\x06Update\x12%.containerd.task.v2.UpdateTaskRequest\x1a\x16.google.protobuf.Empty\x12I\n\x04Wait\x12\x1f.containerd.task.v2.WaitRequest\x1a .containerd.task.v2.WaitResponse\x12L\n\x05Stats\x12 .containerd.task.v2.StatsRequest\x1a!.containerd.task.v2.StatsResponse\x12R\n\x07\x43onnect\x12".containerd.task.v2.ConnectRequest\x1a#.containerd.task.v2.ConnectResponse\x12G\n\x08Shutdown\x12#.containerd.task.v2.ShutdownRequest\x1a\x16.google.protobuf.Emptyb\x06proto3'
-)
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15shim/proto/shim.proto\x12\x12\x63ontainerd.task.v2\x1a\x19google/protobuf/any.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16shim/proto/types.proto\"\xf2\x01\n\x11\x43reateTaskRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06\x62undle\x18\x02 \x01(\t\x12*\n\x06rootfs\x18\x03 \x03(\x0b\x32\x1a.containerd.v1.types.Mount\x12\x10\n\x08terminal\x18\x04 \x01(\x08\x12\r\n\x05stdin\x18\x05 \x01(\t\x12\x0e\n\x06stdout\x18\x06 \x01(\t\x12\x0e\n\x06stderr\x18\x07 \x01(\t\x12\x12\n\ncheckpoint\x18\x08 \x01(\t\x12\x19\n\x11parent_checkpoint\x18\t \x01(\t\x12%\n\x07options\x18\n \x01(\x0b\x32\x14.google.protobuf.Any\"!\n\x12\x43reateTaskResponse\x12\x0b\n\x03pid\x18\x01 \x01(\r\",\n\rDeleteRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\"a\n\x0e\x44\x65leteResponse\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x13\n\x0b\x65xit_status\x18\x02 \x01(\r\x12-\n\texited_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x96\x01\n\x12\x45xecProcessRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\x12\x10\n\x08terminal\x18\x03 \x01(\x08\x12\r\n\x05stdin\x18\x04 \x01(\t\x12\x0e\n\x06stdout\x18\x05 \x01(\t\x12\x0e\n\x06stderr\x18\x06 \x01(\t\x12\"\n\x04spec\x18\x07 \x01(\x0b\x32\x14.google.protobuf.Any\"N\n\x10ResizePtyRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\x12\r\n\x05width\x18\x03 \x01(\r\x12\x0e\n\x06height\x18\x04 \x01(\r\"+\n\x0cStateRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\"\xfb\x01\n\rStateResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06\x62undle\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\r\x12+\n\x06status\x18\x04 \x01(\x0e\x32\x1b.containerd.v1.types.Status\x12\r\n\x05stdin\x18\x05 \x01(\t\x12\x0e\n\x06stdout\x18\x06 \x01(\t\x12\x0e\n\x06stderr\x18\x07 \x01(\t\x12\x10\n\x08terminal\x18\x08 \x01(\x08\x12\x13\n\x0b\x65xit_status\x18\t \x01(\r\x12-\n\texited_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x65xec_id\x18\x0b \x01(\t\"G\n\x0bKillRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\x12\x0e\n\x06signal\x18\x03 \x01(\r\x12\x0b\n\x03\x61ll\x18\x04 \x01(\x08\"<\n\x0e\x43loseIORequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\x12\r\n\x05stdin\x18\x03 \x01(\x08\"\x19\n\x0bPidsRequest\x12\n\n\x02id\x18\x01 \x01(\t\"C\n\x0cPidsResponse\x12\x33\n\tprocesses\x18\x01 \x03(\x0b\x32 .containerd.v1.types.ProcessInfo\"X\n\x15\x43heckpointTaskRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12%\n\x07options\x18\x03 \x01(\x0b\x32\x14.google.protobuf.Any\"\xc9\x01\n\x11UpdateTaskRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\'\n\tresources\x18\x02 \x01(\x0b\x32\x14.google.protobuf.Any\x12K\n\x0b\x61nnotations\x18\x03 \x03(\x0b\x32\x36.containerd.task.v2.UpdateTaskRequest.AnnotationsEntry\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"+\n\x0cStartRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\"\x1c\n\rStartResponse\x12\x0b\n\x03pid\x18\x01 \x01(\r\"*\n\x0bWaitRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x65xec_id\x18\x02 \x01(\t\"R\n\x0cWaitResponse\x12\x13\n\x0b\x65xit_status\x18\x01 \x01(\r\x12-\n\texited_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1a\n\x0cStatsRequest\x12\n\n\x02id\x18\x01 \x01(\t\"4\n\rStatsResponse\x12#\n\x05stats\x18\x01 \x01(\x0b\x32\x14.google.protobuf.Any\"\x1c\n\x0e\x43onnectRequest\x12\n\n\x02id\x18\x01 \x01(\t\"F\n\x0f\x43onnectResponse\x12\x10\n\x08shim_pid\x18\x01 \x01(\r\x12\x10\n\x08task_pid\x18\x02 \x01(\r\x12\x0f\n\x07version\x18\x03 \x01(\t\"*\n\x0fShutdownRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0b\n\x03now\x18\x02 \x01(\x08\"\x1a\n\x0cPauseRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x1b\n\rResumeRequest\x12\n\n\x02id\x18\x01 \x01(\t2\x8a\n\n\x04Task\x12L\n\x05State\x12 .containerd.task.v2.StateRequest\x1a!.containerd.task.v2.StateResponse\x12W\n\x06\x43reate\x12%.containerd.task.v2.CreateTaskRequest\x1a&.containerd.task.v2.CreateTaskResponse\x12L\n\x05Start\x12 .containerd.task.v2.StartRequest\x1a!.containerd.task.v2.StartResponse\x12O\n\x06\x44\x65lete\x12!.containerd.task.v2.DeleteRequest\x1a\".containerd.task.v2.DeleteResponse\x12I\n\x04Pids\x12\x1f.containerd.task.v2.PidsRequest\x1a .containerd.task.v2.PidsResponse\x12\x41\n\x05Pause\x12 .containerd.task.v2.PauseRequest\x1a\x16.google.protobuf.Empty\x12\x43\n\x06Resume\x12!.containerd.task.v2.ResumeRequest\x1a\x16.google.protobuf.Empty\x12O\n\nCheckpoint\x12).containerd.task.v2.CheckpointTaskRequest\x1a\x16.google.protobuf.Empty\x12?\n\x04Kill\x12\x1f.containerd.task.v2.KillRequest\x1a\x16.google.protobuf.Empty\x12\x46\n\x04\x45xec\x12&.containerd.task.v2.ExecProcessRequest\x1a\x16.google.protobuf.Empty\x12I\n\tResizePty\x12$.containerd.task.v2.ResizePtyRequest\x1a\x16.google.protobuf.Empty\x12\x45\n\x07\x43loseIO\x12\".containerd.task.v2.CloseIORequest\x1a\x16.google.protobuf.Empty\x12G\n\x06Update\x12%.containerd.task.v2.UpdateTaskRequest\x1a\x16.google.protobuf.Empty\x12I\n\x04Wait\x12\x1f.containerd.task.v2.WaitRequest\x1a .containerd.task.v2.WaitResponse\x12L\n\x05Stats\x12 .containerd.task.v2.StatsRequest\x1a!.containerd.task.v2.StatsResponse\x12R\n\x07\x43onnect\x12\".containerd.task.v2.ConnectRequest\x1a#.containerd.task.v2.ConnectResponse\x12G\n\x08Shutdown\x12#.containerd.task.v2.ShutdownRequest\x1a\x16.google.protobuf.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "shim.proto.shim_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'shim.proto.shim_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    DESCRIPTOR._loaded_options = None
-    _globals["_UPDATETASKREQUEST_ANNOTATIONSENTRY"]._loaded_options = None
-    _globals["_UPDATETASKREQUEST_ANNOTATIONSENTRY"]._serialized_options = b"8\001"
-    _globals["_CREATETASKREQUEST"]._serialized_start = 159
-    _globals["_CREATETASKREQUEST"]._serialized_end = 401
-    _globals["_CREATETASKRESPONSE"]._serialized_start = 403
-    _globals["_CREATETASKRESPONSE"]._serialized_end = 436
-    _globals["_DELETEREQUEST"]._serialized_start = 438
-    _globals["_DELETEREQUEST"]._serialized_end = 482
-    _globals["_DELETERESPONSE"]._serialized_start = 484
-    _globals["_DELETERESPONSE"]._serialized_end = 581
-    _globals["_EXECPROCESSREQUEST"]._serialized_start = 584
-    _globals["_EXECPROCESSREQUEST"]._serialized_end = 734
-    _globals["_RESIZEPTYREQUEST"]._serialized_start = 736
-    _globals["_RESIZEPTYREQUEST"]._serialized_end = 814
-    _globals["_STATEREQUEST"]._serialized_start = 816
-    _globals["_STATEREQUEST"]._serialized_end = 859
-    _globals["_STATERESPONSE"]._serialized_start = 862
-    _globals["_STATERESPONSE"]._serialized_end = 1113
-    _globals["_KILLREQUEST"]._serialized_start = 1115
-    _globals["_KILLREQUEST"]._serialized_end = 1186
-    _globals["_CLOSEIOREQUEST"]._serialized_start = 1188
-    _globals["_CLOSEIOREQUEST"]._serialized_end = 1248
-    _globals["_PIDSREQUEST"]._serialized_start = 1250
-    _globals["_PIDSREQUEST"]._serialized_end = 1275
-    _globals["_PIDSRESPONSE"]._serialized_start = 1277
-    _globals["_PIDSRESPONSE"]._serialized_end = 1344
-    _globals["_CHECKPOINTTASKREQUEST"]._serialized_start = 1346
-    _globals["_CHECKPOINTTASKREQUEST"]._serialized_end = 1434
-    _globals["_UPDATETASKREQUEST"]._serialized_start = 1437
-    _globals["_UPDATETASKREQUEST"]._serialized_end = 1638
-    _globals["_UPDATETASKREQUEST_ANNOTATIONSENTRY"]._serialized_start = 1588
-    _globals["_UPDATETASKREQUEST_ANNOTATIONSENTRY"]._serialized_end = 1638
-    _globals["_STARTREQUEST"]._serialized_start = 1640
-    _globals["_STARTREQUEST"]._serialized_end = 1683
-    _globals["_STARTRESPONSE"]._serialized_start = 1685
-    _globals["_STARTRESPONSE"]._serialized_end = 1713
-    _globals["_WAITREQUEST"]._serialized_start = 1715
-    _globals["_WAITREQUEST"]._serialized_end = 1757
-    _globals["_WAITRESPONSE"]._serialized_start = 1759
-    _globals["_WAITRESPONSE"]._serialized_end = 1841
-    _globals["_STATSREQUEST"]._serialized_start = 1843
-    _globals["_STATSREQUEST"]._serialized_end = 1869
-    _globals["_STATSRESPONSE"]._serialized_start = 1871
-    _globals["_STATSRESPONSE"]._serialized_end = 1923
-    _globals["_CONNECTREQUEST"]._serialized_start = 1925
-    _globals["_CONNECTREQUEST"]._serialized_end = 1953
-    _globals["_CONNECTRESPONSE"]._serialized_start = 1955
-    _globals["_CONNECTRESPONSE"]._serialized_end = 2025
-    _globals["_SHUTDOWNREQUEST"]._serialized_start = 2027
-    _globals["_SHUTDOWNREQUEST"]._serialized_end = 2069
-    _globals["_PAUSEREQUEST"]._serialized_start = 2071
-    _globals["_PAUSEREQUEST"]._serialized_end = 2097
-    _globals["_RESUMEREQUEST"]._serialized_start = 2099
-    _globals["_RESUMEREQUEST"]._serialized_end = 2126
-    _globals["_TASK"]._serialized_start = 2129
-    _globals["_TASK"]._serialized_end = 3419
+  DESCRIPTOR._loaded_options = None
+  _globals['_UPDATETASKREQUEST_ANNOTATIONSENTRY']._loaded_options = None
+  _globals['_UPDATETASKREQUEST_ANNOTATIONSENTRY']._serialized_options = b'8\001'
+  _globals['_CREATETASKREQUEST']._serialized_start=159
+  _globals['_CREATETASKREQUEST']._serialized_end=401
+  _globals['_CREATETASKRESPONSE']._serialized_start=403
+  _globals['_CREATETASKRESPONSE']._serialized_end=436
+  _globals['_DELETEREQUEST']._serialized_start=438
+  _globals['_DELETEREQUEST']._serialized_end=482
+  _globals['_DELETERESPONSE']._serialized_start=484
+  _globals['_DELETERESPONSE']._serialized_end=581
+  _globals['_EXECPROCESSREQUEST']._serialized_start=584
+  _globals['_EXECPROCESSREQUEST']._serialized_end=734
+  _globals['_RESIZEPTYREQUEST']._serialized_start=736
+  _globals['_RESIZEPTYREQUEST']._serialized_end=814
+  _globals['_STATEREQUEST']._serialized_start=816
+  _globals['_STATEREQUEST']._serialized_end=859
+  _globals['_STATERESPONSE']._serialized_start=862
+  _globals['_STATERESPONSE']._serialized_end=1113
+  _globals['_KILLREQUEST']._serialized_start=1115
+  _globals['_KILLREQUEST']._serialized_end=1186
+  _globals['_CLOSEIOREQUEST']._serialized_start=1188
+  _globals['_CLOSEIOREQUEST']._serialized_end=1248
+  _globals['_PIDSREQUEST']._serialized_start=1250
+  _globals['_PIDSREQUEST']._serialized_end=1275
+  _globals['_PIDSRESPONSE']._serialized_start=1277
+  _globals['_PIDSRESPONSE']._serialized_end=1344
+  _globals['_CHECKPOINTTASKREQUEST']._serialized_start=1346
+  _globals['_CHECKPOINTTASKREQUEST']._serialized_end=1434
+  _globals['_UPDATETASKREQUEST']._serialized_start=1437
+  _globals['_UPDATETASKREQUEST']._serialized_end=1638
+  _globals['_UPDATETASKREQUEST_ANNOTATIONSENTRY']._serialized_start=1588
+  _globals['_UPDATETASKREQUEST_ANNOTATIONSENTRY']._serialized_end=1638
+  _globals['_STARTREQUEST']._serialized_start=1640
+  _globals['_STARTREQUEST']._serialized_end=1683
+  _globals['_STARTRESPONSE']._serialized_start=1685
+  _globals['_STARTRESPONSE']._serialized_end=1713
+  _globals['_WAITREQUEST']._serialized_start=1715
+  _globals['_WAITREQUEST']._serialized_end=1757
+  _globals['_WAITRESPONSE']._serialized_start=1759
+  _globals['_WAITRESPONSE']._serialized_end=1841
+  _globals['_STATSREQUEST']._serialized_start=1843
+  _globals['_STATSREQUEST']._serialized_end=1869
+  _globals['_STATSRESPONSE']._serialized_start=1871
+  _globals['_STATSRESPONSE']._serialized_end=1923
+  _globals['_CONNECTREQUEST']._serialized_start=1925
+  _globals['_CONNECTREQUEST']._serialized_end=1953
+  _globals['_CONNECTRESPONSE']._serialized_start=1955
+  _globals['_CONNECTRESPONSE']._serialized_end=2025
+  _globals['_SHUTDOWNREQUEST']._serialized_start=2027
+  _globals['_SHUTDOWNREQUEST']._serialized_end=2069
+  _globals['_PAUSEREQUEST']._serialized_start=2071
+  _globals['_PAUSEREQUEST']._serialized_end=2097
+  _globals['_RESUMEREQUEST']._serialized_start=2099
+  _globals['_RESUMEREQUEST']._serialized_end=2126
+  _globals['_TASK']._serialized_start=2129
+  _globals['_TASK']._serialized_end=3419
 # @@protoc_insertion_point(module_scope)

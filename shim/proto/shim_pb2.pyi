@@ -13,18 +13,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CreateTaskRequest(_message.Message):
-    __slots__ = (
-        "id",
-        "bundle",
-        "rootfs",
-        "terminal",
-        "stdin",
-        "stdout",
-        "stderr",
-        "checkpoint",
-        "parent_checkpoint",
-        "options",
-    )
+    __slots__ = ("id", "bundle", "rootfs", "terminal", "stdin", "stdout", "stderr", "checkpoint", "parent_checkpoint", "options")
     ID_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_FIELD_NUMBER: _ClassVar[int]
     ROOTFS_FIELD_NUMBER: _ClassVar[int]
@@ -45,19 +34,7 @@ class CreateTaskRequest(_message.Message):
     checkpoint: str
     parent_checkpoint: str
     options: _any_pb2.Any
-    def __init__(
-        self,
-        id: _Optional[str] = ...,
-        bundle: _Optional[str] = ...,
-        rootfs: _Optional[_Iterable[_Union[_types_pb2.Mount, _Mapping]]] = ...,
-        terminal: _Optional[bool] = ...,
-        stdin: _Optional[str] = ...,
-        stdout: _Optional[str] = ...,
-        stderr: _Optional[str] = ...,
-        checkpoint: _Optional[str] = ...,
-        parent_checkpoint: _Optional[str] = ...,
-        options: _Optional[_Union[_any_pb2.Any, _Mapping]] = ...,
-    ) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., bundle: _Optional[str] = ..., rootfs: _Optional[_Iterable[_Union[_types_pb2.Mount, _Mapping]]] = ..., terminal: _Optional[bool] = ..., stdin: _Optional[str] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., checkpoint: _Optional[str] = ..., parent_checkpoint: _Optional[str] = ..., options: _Optional[_Union[_any_pb2.Any, _Mapping]] = ...) -> None: ...
 
 class CreateTaskResponse(_message.Message):
     __slots__ = ("pid",)
@@ -81,12 +58,7 @@ class DeleteResponse(_message.Message):
     pid: int
     exit_status: int
     exited_at: _timestamp_pb2.Timestamp
-    def __init__(
-        self,
-        pid: _Optional[int] = ...,
-        exit_status: _Optional[int] = ...,
-        exited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...,
-    ) -> None: ...
+    def __init__(self, pid: _Optional[int] = ..., exit_status: _Optional[int] = ..., exited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ExecProcessRequest(_message.Message):
     __slots__ = ("id", "exec_id", "terminal", "stdin", "stdout", "stderr", "spec")
@@ -104,16 +76,7 @@ class ExecProcessRequest(_message.Message):
     stdout: str
     stderr: str
     spec: _any_pb2.Any
-    def __init__(
-        self,
-        id: _Optional[str] = ...,
-        exec_id: _Optional[str] = ...,
-        terminal: _Optional[bool] = ...,
-        stdin: _Optional[str] = ...,
-        stdout: _Optional[str] = ...,
-        stderr: _Optional[str] = ...,
-        spec: _Optional[_Union[_any_pb2.Any, _Mapping]] = ...,
-    ) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., exec_id: _Optional[str] = ..., terminal: _Optional[bool] = ..., stdin: _Optional[str] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., spec: _Optional[_Union[_any_pb2.Any, _Mapping]] = ...) -> None: ...
 
 class ResizePtyRequest(_message.Message):
     __slots__ = ("id", "exec_id", "width", "height")
@@ -125,13 +88,7 @@ class ResizePtyRequest(_message.Message):
     exec_id: str
     width: int
     height: int
-    def __init__(
-        self,
-        id: _Optional[str] = ...,
-        exec_id: _Optional[str] = ...,
-        width: _Optional[int] = ...,
-        height: _Optional[int] = ...,
-    ) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., exec_id: _Optional[str] = ..., width: _Optional[int] = ..., height: _Optional[int] = ...) -> None: ...
 
 class StateRequest(_message.Message):
     __slots__ = ("id", "exec_id")
@@ -142,19 +99,7 @@ class StateRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ..., exec_id: _Optional[str] = ...) -> None: ...
 
 class StateResponse(_message.Message):
-    __slots__ = (
-        "id",
-        "bundle",
-        "pid",
-        "status",
-        "stdin",
-        "stdout",
-        "stderr",
-        "terminal",
-        "exit_status",
-        "exited_at",
-        "exec_id",
-    )
+    __slots__ = ("id", "bundle", "pid", "status", "stdin", "stdout", "stderr", "terminal", "exit_status", "exited_at", "exec_id")
     ID_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -177,20 +122,7 @@ class StateResponse(_message.Message):
     exit_status: int
     exited_at: _timestamp_pb2.Timestamp
     exec_id: str
-    def __init__(
-        self,
-        id: _Optional[str] = ...,
-        bundle: _Optional[str] = ...,
-        pid: _Optional[int] = ...,
-        status: _Optional[_Union[_types_pb2.Status, str]] = ...,
-        stdin: _Optional[str] = ...,
-        stdout: _Optional[str] = ...,
-        stderr: _Optional[str] = ...,
-        terminal: _Optional[bool] = ...,
-        exit_status: _Optional[int] = ...,
-        exited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...,
-        exec_id: _Optional[str] = ...,
-    ) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., bundle: _Optional[str] = ..., pid: _Optional[int] = ..., status: _Optional[_Union[_types_pb2.Status, str]] = ..., stdin: _Optional[str] = ..., stdout: _Optional[str] = ..., stderr: _Optional[str] = ..., terminal: _Optional[bool] = ..., exit_status: _Optional[int] = ..., exited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exec_id: _Optional[str] = ...) -> None: ...
 
 class KillRequest(_message.Message):
     __slots__ = ("id", "exec_id", "signal", "all")
@@ -202,13 +134,7 @@ class KillRequest(_message.Message):
     exec_id: str
     signal: int
     all: bool
-    def __init__(
-        self,
-        id: _Optional[str] = ...,
-        exec_id: _Optional[str] = ...,
-        signal: _Optional[int] = ...,
-        all: _Optional[bool] = ...,
-    ) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., exec_id: _Optional[str] = ..., signal: _Optional[int] = ..., all: _Optional[bool] = ...) -> None: ...
 
 class CloseIORequest(_message.Message):
     __slots__ = ("id", "exec_id", "stdin")
@@ -218,9 +144,7 @@ class CloseIORequest(_message.Message):
     id: str
     exec_id: str
     stdin: bool
-    def __init__(
-        self, id: _Optional[str] = ..., exec_id: _Optional[str] = ..., stdin: _Optional[bool] = ...
-    ) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., exec_id: _Optional[str] = ..., stdin: _Optional[bool] = ...) -> None: ...
 
 class PidsRequest(_message.Message):
     __slots__ = ("id",)
@@ -232,9 +156,7 @@ class PidsResponse(_message.Message):
     __slots__ = ("processes",)
     PROCESSES_FIELD_NUMBER: _ClassVar[int]
     processes: _containers.RepeatedCompositeFieldContainer[_types_pb2.ProcessInfo]
-    def __init__(
-        self, processes: _Optional[_Iterable[_Union[_types_pb2.ProcessInfo, _Mapping]]] = ...
-    ) -> None: ...
+    def __init__(self, processes: _Optional[_Iterable[_Union[_types_pb2.ProcessInfo, _Mapping]]] = ...) -> None: ...
 
 class CheckpointTaskRequest(_message.Message):
     __slots__ = ("id", "path", "options")
@@ -244,12 +166,7 @@ class CheckpointTaskRequest(_message.Message):
     id: str
     path: str
     options: _any_pb2.Any
-    def __init__(
-        self,
-        id: _Optional[str] = ...,
-        path: _Optional[str] = ...,
-        options: _Optional[_Union[_any_pb2.Any, _Mapping]] = ...,
-    ) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., path: _Optional[str] = ..., options: _Optional[_Union[_any_pb2.Any, _Mapping]] = ...) -> None: ...
 
 class UpdateTaskRequest(_message.Message):
     __slots__ = ("id", "resources", "annotations")
@@ -260,19 +177,13 @@ class UpdateTaskRequest(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-
     ID_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     id: str
     resources: _any_pb2.Any
     annotations: _containers.ScalarMap[str, str]
-    def __init__(
-        self,
-        id: _Optional[str] = ...,
-        resources: _Optional[_Union[_any_pb2.Any, _Mapping]] = ...,
-        annotations: _Optional[_Mapping[str, str]] = ...,
-    ) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., resources: _Optional[_Union[_any_pb2.Any, _Mapping]] = ..., annotations: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class StartRequest(_message.Message):
     __slots__ = ("id", "exec_id")
@@ -302,11 +213,7 @@ class WaitResponse(_message.Message):
     EXITED_AT_FIELD_NUMBER: _ClassVar[int]
     exit_status: int
     exited_at: _timestamp_pb2.Timestamp
-    def __init__(
-        self,
-        exit_status: _Optional[int] = ...,
-        exited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...,
-    ) -> None: ...
+    def __init__(self, exit_status: _Optional[int] = ..., exited_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class StatsRequest(_message.Message):
     __slots__ = ("id",)
@@ -334,12 +241,7 @@ class ConnectResponse(_message.Message):
     shim_pid: int
     task_pid: int
     version: str
-    def __init__(
-        self,
-        shim_pid: _Optional[int] = ...,
-        task_pid: _Optional[int] = ...,
-        version: _Optional[str] = ...,
-    ) -> None: ...
+    def __init__(self, shim_pid: _Optional[int] = ..., task_pid: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
 
 class ShutdownRequest(_message.Message):
     __slots__ = ("id", "now")

@@ -27,14 +27,7 @@ class Request(_message.Message):
     payload: bytes
     timeout_nano: int
     metadata: _containers.RepeatedCompositeFieldContainer[KeyValue]
-    def __init__(
-        self,
-        service: _Optional[str] = ...,
-        method: _Optional[str] = ...,
-        payload: _Optional[bytes] = ...,
-        timeout_nano: _Optional[int] = ...,
-        metadata: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ...,
-    ) -> None: ...
+    def __init__(self, service: _Optional[str] = ..., method: _Optional[str] = ..., payload: _Optional[bytes] = ..., timeout_nano: _Optional[int] = ..., metadata: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ...) -> None: ...
 
 class Status(_message.Message):
     __slots__ = ("code", "message", "details")
@@ -44,12 +37,7 @@ class Status(_message.Message):
     code: int
     message: str
     details: _containers.RepeatedCompositeFieldContainer[_any_pb2.Any]
-    def __init__(
-        self,
-        code: _Optional[int] = ...,
-        message: _Optional[str] = ...,
-        details: _Optional[_Iterable[_Union[_any_pb2.Any, _Mapping]]] = ...,
-    ) -> None: ...
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., details: _Optional[_Iterable[_Union[_any_pb2.Any, _Mapping]]] = ...) -> None: ...
 
 class Response(_message.Message):
     __slots__ = ("status", "payload")
@@ -57,6 +45,4 @@ class Response(_message.Message):
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     status: Status
     payload: bytes
-    def __init__(
-        self, status: _Optional[_Union[Status, _Mapping]] = ..., payload: _Optional[bytes] = ...
-    ) -> None: ...
+    def __init__(self, status: _Optional[_Union[Status, _Mapping]] = ..., payload: _Optional[bytes] = ...) -> None: ...

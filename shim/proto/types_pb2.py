@@ -4,15 +4,18 @@
 # source: shim/proto/types.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "shim/proto/types.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'shim/proto/types.proto'
 )
 # @@protoc_insertion_point(imports)
 
@@ -23,23 +26,21 @@ from google.protobuf import any_pb2 as google_dot_protobuf_dot_any__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x16shim/proto/types.proto\x12\x13\x63ontainerd.v1.types\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto"F\n\x05Mount\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\t\x12\x0f\n\x07options\x18\x04 \x03(\t">\n\x0bProcessInfo\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12"\n\x04info\x18\x02 \x01(\x0b\x32\x14.google.protobuf.Any"\x1c\n\nExitReason\x12\x0e\n\x06reason\x18\x01 \x01(\t"5\n\x0bTimestamped\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*U\n\x06Status\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x0b\n\x07\x43REATED\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\x0b\n\x07STOPPED\x10\x03\x12\n\n\x06PAUSED\x10\x04\x12\x0b\n\x07PAUSING\x10\x05\x62\x06proto3'
-)
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16shim/proto/types.proto\x12\x13\x63ontainerd.v1.types\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n\x05Mount\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\t\x12\x0f\n\x07options\x18\x04 \x03(\t\">\n\x0bProcessInfo\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\"\n\x04info\x18\x02 \x01(\x0b\x32\x14.google.protobuf.Any\"\x1c\n\nExitReason\x12\x0e\n\x06reason\x18\x01 \x01(\t\"5\n\x0bTimestamped\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*U\n\x06Status\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x0b\n\x07\x43REATED\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\x0b\n\x07STOPPED\x10\x03\x12\n\n\x06PAUSED\x10\x04\x12\x0b\n\x07PAUSING\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "shim.proto.types_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'shim.proto.types_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    DESCRIPTOR._loaded_options = None
-    _globals["_STATUS"]._serialized_start = 328
-    _globals["_STATUS"]._serialized_end = 413
-    _globals["_MOUNT"]._serialized_start = 107
-    _globals["_MOUNT"]._serialized_end = 177
-    _globals["_PROCESSINFO"]._serialized_start = 179
-    _globals["_PROCESSINFO"]._serialized_end = 241
-    _globals["_EXITREASON"]._serialized_start = 243
-    _globals["_EXITREASON"]._serialized_end = 271
-    _globals["_TIMESTAMPED"]._serialized_start = 273
-    _globals["_TIMESTAMPED"]._serialized_end = 326
+  DESCRIPTOR._loaded_options = None
+  _globals['_STATUS']._serialized_start=328
+  _globals['_STATUS']._serialized_end=413
+  _globals['_MOUNT']._serialized_start=107
+  _globals['_MOUNT']._serialized_end=177
+  _globals['_PROCESSINFO']._serialized_start=179
+  _globals['_PROCESSINFO']._serialized_end=241
+  _globals['_EXITREASON']._serialized_start=243
+  _globals['_EXITREASON']._serialized_end=271
+  _globals['_TIMESTAMPED']._serialized_start=273
+  _globals['_TIMESTAMPED']._serialized_end=326
 # @@protoc_insertion_point(module_scope)

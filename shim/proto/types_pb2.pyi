@@ -19,7 +19,6 @@ class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STOPPED: _ClassVar[Status]
     PAUSED: _ClassVar[Status]
     PAUSING: _ClassVar[Status]
-
 UNKNOWN: Status
 CREATED: Status
 RUNNING: Status
@@ -37,13 +36,7 @@ class Mount(_message.Message):
     source: str
     target: str
     options: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(
-        self,
-        type: _Optional[str] = ...,
-        source: _Optional[str] = ...,
-        target: _Optional[str] = ...,
-        options: _Optional[_Iterable[str]] = ...,
-    ) -> None: ...
+    def __init__(self, type: _Optional[str] = ..., source: _Optional[str] = ..., target: _Optional[str] = ..., options: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ProcessInfo(_message.Message):
     __slots__ = ("pid", "info")
@@ -51,9 +44,7 @@ class ProcessInfo(_message.Message):
     INFO_FIELD_NUMBER: _ClassVar[int]
     pid: int
     info: _any_pb2.Any
-    def __init__(
-        self, pid: _Optional[int] = ..., info: _Optional[_Union[_any_pb2.Any, _Mapping]] = ...
-    ) -> None: ...
+    def __init__(self, pid: _Optional[int] = ..., info: _Optional[_Union[_any_pb2.Any, _Mapping]] = ...) -> None: ...
 
 class ExitReason(_message.Message):
     __slots__ = ("reason",)
@@ -65,6 +56,4 @@ class Timestamped(_message.Message):
     __slots__ = ("at",)
     AT_FIELD_NUMBER: _ClassVar[int]
     at: _timestamp_pb2.Timestamp
-    def __init__(
-        self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...
-    ) -> None: ...
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -18,12 +18,12 @@ from google.protobuf import empty_pb2
 from restore_runtime import mounts
 
 from .. import VERSION
-from ..process import oom
+from ..process import oom, stats
 from ..process.io import StdioPaths
 from ..process.process import ExecProcess, InitProcess, Process, validate_exec_spec
 from ..process.states import CreatedFromArtifact, Deleted
 from ..proto import events_pb2, shim_pb2, types_pb2
-from ..runc.driver import Runc
+from ..runc.driver import Runc, RuncError
 from ..ttrpc.codes import Code, RPCError
 from ..ttrpc.server import Handler, Handlers
 from .events import Publisher, timestamp
@@ -293,16 +293,29 @@ class TaskService:
 
     async def update(self, r: shim_pb2.UpdateTaskRequest) -> empty_pb2.Empty:
         c = self._get(r.id)
-        if r.resources.value:
-            # CRI sends linux resources as an OCI LinuxResources JSON-compatible message;
-            # runc update takes the same JSON.
-            raise RPCError(Code.UNIMPLEMENTED, "resource updates are not supported yet")
-        del c
+        if not r.resources.value:
+            return empty_pb2.Empty()
+        if not c.init.pid or c.init.done.is_set():
+            raise RPCError(Code.FAILED_PRECONDITION, f"container {c.id} is not running")
+        # containerd sends OCI LinuxResources as JSON (typeurl of a Go struct); runc update
+        # takes exactly that.
+        try:
+            json.loads(r.resources.value)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RPCError(Code.INVALID_ARGUMENT, f"resources are not OCI JSON: {e}") from e
+        path = c.init.workdir / "update-resources.json"
+        path.write_bytes(r.resources.value)
+        try:
+            await self.runc.update(c.id, path)
+        except RuncError as e:
+            raise RPCError(Code.UNKNOWN, str(e)) from e
         return empty_pb2.Empty()
 
     async def stats(self, r: shim_pb2.StatsRequest) -> shim_pb2.StatsResponse:
-        self._get(r.id)
-        raise RPCError(Code.UNIMPLEMENTED, "stats are not supported yet")
+        c = self._get(r.id)
+        if not c.cgroups_path or ":" in c.cgroups_path:
+            raise RPCError(Code.UNIMPLEMENTED, "stats for systemd-managed cgroups")
+        return shim_pb2.StatsResponse(stats=stats.metrics(c.cgroups_path))
 
     async def checkpoint(self, r: shim_pb2.CheckpointTaskRequest) -> empty_pb2.Empty:
         c = self._get(r.id)

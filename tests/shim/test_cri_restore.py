@@ -168,3 +168,28 @@ def test_containerd_restart_keeps_containers_running(cri, containerd):
     assert ask(ip, PORT, timeout=30)["count"] == "2", "the container survived the restart"
     assert c.inspect(ctr)["status"]["state"] == "CONTAINER_RUNNING"
     assert c.run("exec", ctr, "echo", "alive").stdout.strip() == "alive"
+
+
+def test_stats_and_resource_update(cri):
+    """ContainerStats reach the kubelet's shape through the shim's Stats, and
+    UpdateContainerResources reaches the container's cgroup through runc update."""
+    c, pods = cri
+    for handler in ("runc", "snapshot"):
+        pod, cfg = c.run_pod(f"stats-{handler}", handler)
+        pods.append(pod)
+        ctr = c.create(
+            pod,
+            cfg,
+            "main",
+            IMAGE,
+            ["sh", "-c", "x=$(head -c 2000000 /dev/zero | tr '\\\\0' a); sleep 1000"],
+        )
+        c.run("start", ctr)
+        time.sleep(1)
+        st = json.loads(c.run("stats", "-o", "json", ctr).stdout)["stats"][0]
+        assert int(st["memory"]["workingSetBytes"]["value"]) > 0, (handler, st)
+        assert int(st["cpu"]["usageCoreNanoSeconds"]["value"]) > 0, (handler, st)
+        c.run("update", "--memory", str(300 * 1024 * 1024), ctr)
+        limit = Path(f"/sys/fs/cgroup/memory/k8s.io/{ctr}/memory.limit_in_bytes")
+        if limit.exists():  # cgroup v1 layout with the cgroupfs driver, as on this machine
+            assert int(limit.read_text()) == 300 * 1024 * 1024, handler
