@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Files come from bench/gpu/prepare-carry.sh, run on a machine with registries.)
 # Prepares a bare GPU machine (no package registries) for the GPU proof: unpacks the carried
 # CRIU 4.2 .deb files into a private prefix with a wrapper that points LD_LIBRARY_PATH at it
 # (the host's own glibc stays in use), and installs the carried Python wheels.
