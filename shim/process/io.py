@@ -22,6 +22,7 @@ from ..runc.driver import Stdio
 
 log = logging.getLogger(__name__)
 _CHUNK = 32 * 1024
+CONSOLE_DIR = Path("/run/snapshot-shim-tty")
 
 
 @dataclass
@@ -49,12 +50,14 @@ class ProcessIO:
     master: int | None = None
 
     @classmethod
-    async def open(cls, paths: StdioPaths, workdir: Path | None = None) -> ProcessIO:
+    async def open(cls, paths: StdioPaths) -> ProcessIO:
         io = cls(paths)
         if paths.terminal:
             # runc connects here and passes the pty master it made (SCM_RIGHTS); the shim
             # then copies between the master and containerd's FIFOs.
-            path = (workdir or Path("/tmp")) / f"console-{uuid.uuid4().hex[:8]}.sock"
+            # a short directory: unix socket paths are limited to 108 bytes
+            CONSOLE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path = CONSOLE_DIR / f"{uuid.uuid4().hex[:12]}.sock"
             io._console = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             io._console.bind(str(path))
             io._console.listen(1)

@@ -27,7 +27,8 @@ def runc_call(coro):
         try:
             return await coro
         except RuncError as e:
-            if "does not exist" in e.message or "not found" in e.message:
+            # containerd treats NOT_FOUND from Kill as "already gone", as with the runc shim
+            if any(m in e.message for m in ("does not exist", "not found", "not running")):
                 raise RPCError(Code.NOT_FOUND, e.message) from e
             raise RPCError(Code.UNKNOWN, str(e)) from e
 
@@ -90,7 +91,7 @@ class InitProcess(Process):
     restorer: object | None = None
 
     async def do_create(self) -> None:
-        self.io = await ProcessIO.open(self.stdio, self.workdir)
+        self.io = await ProcessIO.open(self.stdio)
         await with_console(
             self.io,
             runc_call(
@@ -136,7 +137,7 @@ class ExecProcess(Process):
     async def do_start(self) -> None:
         spec_path = self.workdir / f"{self.exec_id}.process.json"
         spec_path.write_bytes(self.spec)
-        self.io = await ProcessIO.open(self.stdio, self.workdir)
+        self.io = await ProcessIO.open(self.stdio)
         try:
             await with_console(
                 self.io,
