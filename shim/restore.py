@@ -110,18 +110,30 @@ class ShimRestorer:
         self.skip_compat = a.get(ann.SKIP_COMPAT_CHECK, "").lower() == "true"
         self.control_dir = control_dir(spec)
         self.netns = netns_path(spec)
+        #: the digest the webhook admitted; the artifact on disk must still be that one
+        self.digest = a.get(ann.MANIFEST_DIGEST)
         self.report = None
 
     async def start(self, p: InitProcess) -> None:
         # The engine is imported by restoring containers only: plain pods stay light.
+        from restore_runtime.artifact.verify import manifest_digest
+        from restore_runtime.errors import Problem, SnapshotError, VerificationError
         from restore_runtime.executor import RestoreRequest, restore
 
         if p.stdio.terminal:
-            from restore_runtime.errors import SnapshotError
-
             await self._failed(p, SnapshotError("restoring a container with a terminal (tty) "
                                                 "is not supported"))  # fmt: skip
             return
+        if self.digest:
+            try:
+                found = manifest_digest(self.artifact)
+            except OSError as e:
+                found = f"unreadable ({e.strerror})"
+            if found != self.digest:
+                await self._failed(p, VerificationError([Problem(
+                    "manifest.json", "manifest",
+                    f"manifest digest {found} is not the admitted {self.digest}")]))  # fmt: skip
+                return
         p.io = await ProcessIO.open(p.stdio)
         req = RestoreRequest(
             artifact=self.artifact,

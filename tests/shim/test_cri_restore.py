@@ -193,3 +193,18 @@ def test_stats_and_resource_update(cri):
         limit = Path(f"/sys/fs/cgroup/memory/k8s.io/{ctr}/memory.limit_in_bytes")
         if limit.exists():  # cgroup v1 layout with the cgroupfs driver, as on this machine
             assert int(limit.read_text()) == 300 * 1024 * 1024, handler
+
+
+def test_manifest_digest_must_match_the_admitted_one(cri, tmp_path):
+    """The webhook records the manifest digest it admitted; an artifact replaced since then
+    (here: a digest that does not match) is not restored, and strict fails the start."""
+    art, _, _ = checkpoint_pod_a(cri, tmp_path)
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    annotations = {"snapshot.nvidia.com/artifact": str(art),
+                   "snapshot.nvidia.com/manifest-digest": "sha256:" + "0" * 64,
+                   "snapshot.nvidia.com/restore-policy": "strict"}  # fmt: skip
+    _, _, r = start_pod(cri, "digest", annotations=annotations, control=ctl)
+    assert r.returncode != 0 and "is not the admitted" in r.stderr
+    report = json.loads((ctl / RESTORE_REPORT).read_text())
+    assert report["outcome"] == "failed" and report["failedPhase"] == "verify"
