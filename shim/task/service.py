@@ -52,6 +52,11 @@ class Container:
         return p
 
 
+def _exited_at(p: Process):
+    """The exit time as a protobuf Timestamp; None (unset) while the process runs."""
+    return timestamp(p.exited_at) if p.exited_at else None
+
+
 RestorerFactory = Callable[[InitProcess, dict], object | None]
 
 
@@ -211,9 +216,8 @@ class TaskService:
             if c.rootfs_mounted:
                 mounts.unmount(str(c.bundle / "rootfs"))
             del self.containers[r.id]
-        resp = shim_pb2.DeleteResponse(pid=p.pid, exit_status=p.exit_status)
-        if p.exited_at:
-            resp.exited_at.CopyFrom(timestamp(p.exited_at))
+        resp = shim_pb2.DeleteResponse(pid=p.pid, exit_status=p.exit_status,
+                                       exited_at=_exited_at(p))  # fmt: skip
         self.events.publish(
             events_pb2.TaskDelete(container_id=c.id, pid=p.pid, exit_status=p.exit_status,
                                   exited_at=resp.exited_at, id=r.exec_id or c.id)
@@ -243,9 +247,8 @@ class TaskService:
             id=p.exec_id or c.id, bundle=str(c.bundle), pid=p.pid, status=p.state.status,
             stdin=p.stdio.stdin, stdout=p.stdio.stdout, stderr=p.stdio.stderr,
             terminal=p.stdio.terminal, exit_status=p.exit_status, exec_id=r.exec_id,
+            exited_at=_exited_at(p),
         )  # fmt: skip
-        if p.exited_at:
-            resp.exited_at.CopyFrom(timestamp(p.exited_at))
         return resp
 
     async def kill(self, r: shim_pb2.KillRequest) -> empty_pb2.Empty:
@@ -258,10 +261,7 @@ class TaskService:
         c = self._get(r.id)
         p = c.process(r.exec_id)
         await p.done.wait()
-        resp = shim_pb2.WaitResponse(exit_status=p.exit_status)
-        if p.exited_at:
-            resp.exited_at.CopyFrom(timestamp(p.exited_at))
-        return resp
+        return shim_pb2.WaitResponse(exit_status=p.exit_status, exited_at=_exited_at(p))
 
     async def pids(self, r: shim_pb2.PidsRequest) -> shim_pb2.PidsResponse:
         c = self._get(r.id)
