@@ -5,20 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 
-
-def _files(cgroups_path: str) -> list[Path]:
-    rel = cgroups_path.lstrip("/")
-    return [CGROUP_ROOT / "memory" / rel / "memory.oom_control",  # v1
-            CGROUP_ROOT / rel / "memory.events"]  # v2  # fmt: skip
-
-
-def oom_kills(cgroups_path: str | None) -> int:
-    """How many processes the kernel OOM-killed in this cgroup (0 when unknown)."""
-    if not cgroups_path or ":" in cgroups_path:  # systemd-style paths: not resolved here
+def oom_kills(memory_dir: Path | None) -> int:
+    """How many processes the kernel OOM-killed in this memory cgroup (0 when unknown)."""
+    if memory_dir is None:
         return 0
-    for f in _files(cgroups_path):
+    for f in (memory_dir / "memory.oom_control", memory_dir / "memory.events"):  # v1, v2
         try:
             text = f.read_text()
         except OSError:

@@ -44,22 +44,37 @@ def _kv(path: Path) -> dict[str, int]:
     return out
 
 
-def is_v2() -> bool:
-    return (CGROUP_ROOT / "cgroup.controllers").exists()
+def cgroup_dirs(pid: int) -> dict[str, Path]:
+    """The cgroup directory of ``pid`` per controller ("" for the v2 unified tree), read
+    from /proc/PID/cgroup: right whatever cgroup driver (cgroupfs, systemd) named it."""
+    out: dict[str, Path] = {}
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        rel = path.lstrip("/")
+        if not controllers:
+            out[""] = CGROUP_ROOT / rel
+        for ctl in controllers.split(","):
+            if ctl and not ctl.startswith("name="):
+                out[ctl] = CGROUP_ROOT / ctl / rel
+    return out
 
 
-def metrics(cgroups_path: str) -> any_pb2.Any:
-    rel = cgroups_path.lstrip("/")
-    msg: Message = _v2(CGROUP_ROOT / rel) if is_v2() else _v1(rel)
+def memory_dir(dirs: dict[str, Path]) -> Path | None:
+    return dirs.get("memory") or dirs.get("")
+
+
+def metrics(dirs: dict[str, Path]) -> any_pb2.Any:
+    msg: Message = _v1(dirs) if "memory" in dirs else _v2(dirs.get("", CGROUP_ROOT))
     return any_pb2.Any(type_url=msg.DESCRIPTOR.full_name, value=msg.SerializeToString())
 
 
-def _v1(rel: str) -> v1.Metrics:
-    mem, cpu, pids = (
-        CGROUP_ROOT / "memory" / rel,
-        CGROUP_ROOT / "cpuacct" / rel,
-        (CGROUP_ROOT / "pids" / rel),
-    )
+def _v1(dirs: dict[str, Path]) -> v1.Metrics:
+    none = Path("/nonexistent")
+    mem, cpu, pids = dirs.get("memory", none), dirs.get("cpuacct", none), dirs.get("pids", none)
     ms = _kv(mem / "memory.stat")
     tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
     cs = _kv(cpu / "cpuacct.stat")

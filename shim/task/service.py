@@ -40,8 +40,14 @@ class Container:
     init: InitProcess
     execs: dict[str, ExecProcess] = field(default_factory=dict)
     rootfs_mounted: bool = False
-    cgroups_path: str | None = None
+    #: the container's cgroup directories, read from its init process once it runs
+    cgroup_dirs: dict[str, Path] = field(default_factory=dict)
     oom_baseline: int = 0
+
+    def note_cgroups(self) -> None:
+        if self.init.pid and not self.cgroup_dirs:
+            self.cgroup_dirs = stats.cgroup_dirs(self.init.pid)
+            self.oom_baseline = oom.oom_kills(stats.memory_dir(self.cgroup_dirs))
 
     def process(self, exec_id: str) -> Process:
         if not exec_id:
@@ -117,7 +123,7 @@ class TaskService:
         does: a client that stops reading at the exit event must not lose the last lines."""
         if p.io is not None:
             await p.io.wait_drained(timeout=2.0)
-        if p is c.init and oom.oom_kills(c.cgroups_path) > c.oom_baseline:
+        if p is c.init and oom.oom_kills(stats.memory_dir(c.cgroup_dirs)) > c.oom_baseline:
             # before TaskExit, so CRI records reason OOMKilled
             self.events.publish(events_pb2.TaskOOM(container_id=c.id))
         p.set_exited(code)
@@ -165,9 +171,7 @@ class TaskService:
             container_id=r.id, exec_id="", runc=self.runc, workdir=workdir, bundle=bundle,
             stdio=StdioPaths(r.stdin, r.stdout, r.stderr, r.terminal),
         )  # fmt: skip
-        cgroups = (spec.get("linux") or {}).get("cgroupsPath")
-        c = Container(r.id, bundle, init, rootfs_mounted=mounted, cgroups_path=cgroups,
-                      oom_baseline=oom.oom_kills(cgroups))  # fmt: skip
+        c = Container(r.id, bundle, init, rootfs_mounted=mounted)
         restorer = self.restorer_factory(init, spec) if self.restorer_factory else None
         try:
             if restorer is not None:
@@ -181,6 +185,7 @@ class TaskService:
             raise
         self.containers[r.id] = c
         if init.pid:
+            c.note_cgroups()
             self._check_already_exited(init)
         self.events.publish(
             events_pb2.TaskCreate(
@@ -197,6 +202,8 @@ class TaskService:
         p = c.process(r.exec_id)
         p.state = await p.state.start(p)
         if p.pid:
+            if p is c.init:
+                c.note_cgroups()  # a restored or fallen-back init has its pid only now
             self._check_already_exited(p)
         if r.exec_id:
             self.events.publish(
@@ -313,9 +320,10 @@ class TaskService:
 
     async def stats(self, r: shim_pb2.StatsRequest) -> shim_pb2.StatsResponse:
         c = self._get(r.id)
-        if not c.cgroups_path or ":" in c.cgroups_path:
-            raise RPCError(Code.UNIMPLEMENTED, "stats for systemd-managed cgroups")
-        return shim_pb2.StatsResponse(stats=stats.metrics(c.cgroups_path))
+        c.note_cgroups()
+        if not c.cgroup_dirs:
+            raise RPCError(Code.NOT_FOUND, f"container {c.id} has no cgroup (not running)")
+        return shim_pb2.StatsResponse(stats=stats.metrics(c.cgroup_dirs))
 
     async def checkpoint(self, r: shim_pb2.CheckpointTaskRequest) -> empty_pb2.Empty:
         c = self._get(r.id)
