@@ -129,20 +129,6 @@ class Runc:
     async def update(self, id_: str, resources_json: Path) -> None:
         await self.run(id_, ["update", "--resources", str(resources_json), id_])
 
-    async def stats(self, id_: str) -> dict:
-        return json.loads(await self.run(id_, ["events", "--stats", id_]))
-
-    # -- checkpoint / restore --------------------------------------------------------------
-    async def checkpoint(
-        self, id_: str, image_path: Path, work_path: Path, leave_running: bool,
-        extra: list[str] | None = None,
-    ) -> None:  # fmt: skip
-        args = ["checkpoint", "--image-path", str(image_path), "--work-path", str(work_path),
-                "--tcp-established", "--file-locks"]  # fmt: skip
-        if leave_running:
-            args.append("--leave-running")
-        await self.run(id_, [*args, *(extra or []), id_])
-
     async def restore(
         self, id_: str, bundle: Path, image_path: Path, work_path: Path, pidfile: Path,
         stdio: Stdio, extra: list[str] | None = None,
