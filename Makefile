@@ -22,7 +22,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml scripts/link-pycriu.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,gpu,demo]'
+	$(PY) -m pip install -q -e '.[dev,gpu,demo,control]'
 	bash scripts/link-pycriu.sh $(VENV)
 	touch $(STAMP)
 

@@ -46,3 +46,18 @@ def pytest_configure(config):
         raise pytest.UsageError(
             f"SNAPSHOT_STRICT_DEPS is set but CRIU tests cannot run: {CRIU_PROBLEM}"
         )
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory):
+    """etcd + kube-apiserver on loopback with the chart's CRDs installed (envtest's setup)."""
+    from devnode import apiserver
+
+    why = apiserver.missing()
+    if why:
+        if os.environ.get("SNAPSHOT_STRICT_DEPS"):
+            pytest.fail(f"SNAPSHOT_STRICT_DEPS is set but the API server cannot run: {why}")
+        pytest.skip(why)
+    with apiserver.control_plane(tmp_path_factory.mktemp("kube")) as cp:
+        cp.install_crds()
+        yield cp

@@ -1,0 +1,189 @@
+"""PodSnapshot and SnapshotJob (group nvidia.com, v1alpha1) as typed models (ARCHITECTURE.md,
+"Kubernetes API"). The chart's CRD schemas describe the same fields; tests keep the two in step.
+
+Field names are the Kubernetes camelCase ones (through aliases), so `model_validate(obj)` takes
+an object straight from the API server and `model_dump(by_alias=True, exclude_none=True)` gives
+one back."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "nvidia.com"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+POD_SNAPSHOT_PLURAL = "podsnapshots"
+SNAPSHOT_JOB_PLURAL = "snapshotjobs"
+
+# Deleting a PodSnapshot waits until its node's agent has deleted the artifact.
+ARTIFACT_FINALIZER = "snapshot.nvidia.com/artifact"
+# Labels the controller puts on what it creates for a SnapshotJob.
+JOB_LABEL = "snapshot.nvidia.com/job"
+
+
+class _Model(BaseModel):
+    # extra="allow": objects from a newer API version or with metadata we do not model survive a
+    # round trip instead of being silently dropped.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    def to_api(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(_Model):
+    type: str
+    status: ConditionStatus
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime | None = None
+
+
+def set_condition(
+    conditions: list[Condition], type_: str, status: ConditionStatus, reason: str, message: str = ""
+) -> list[Condition]:
+    """Returns conditions with type_ set; lastTransitionTime moves only when the status changes,
+    as in metav1.Condition."""
+    old = next((c for c in conditions if c.type == type_), None)
+    when = (
+        old.last_transition_time
+        if old is not None and old.status == status and old.last_transition_time
+        else datetime.now(UTC).replace(microsecond=0)
+    )
+    new = Condition(
+        type=type_, status=status, reason=reason, message=message, last_transition_time=when
+    )
+    return [c for c in conditions if c.type != type_] + [new]
+
+
+def condition_true(conditions: list[Condition], type_: str) -> bool:
+    return any(c.type == type_ and c.status == ConditionStatus.TRUE for c in conditions)
+
+
+class ObjectMeta(_Model):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str | None = None
+    generation: int | None = None
+    deletion_timestamp: datetime | None = None
+    finalizers: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+# ---- PodSnapshot ----------------------------------------------------------------------------
+
+
+class PodRef(_Model):
+    name: str
+    uid: str | None = None
+
+
+class SnapshotSource(_Model):
+    pod_ref: PodRef
+    # v1alpha1 captures exactly one container; the schema enforces maxItems 1.
+    containers: list[str] = Field(default_factory=list)
+
+
+class PodSnapshotSpec(_Model):
+    source: SnapshotSource
+    keep_source_running: bool = False
+
+
+class ArtifactRef(_Model):
+    uri: str
+    manifest_digest: str
+    size_bytes: int = 0
+
+
+class GpuInfo(_Model):
+    uuid: str
+    product: str
+    memory_mi_b: int | None = Field(default=None, alias="memoryMiB")
+
+
+class SourceInfo(_Model):
+    node_name: str = ""
+    arch: str | None = None
+    kernel_version: str | None = None
+    image_digest: str | None = None
+    criu_version: str | None = None
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+
+
+class PodSnapshotStatus(_Model):
+    conditions: list[Condition] = Field(default_factory=list)
+    artifact: ArtifactRef | None = None
+    checkpoint_seconds: float | None = None
+    source: SourceInfo | None = None
+
+
+class PodSnapshotConditions:
+    READY = "Ready"
+    FAILED = "Failed"
+
+
+class PodSnapshot(_Model):
+    api_version: str = API_VERSION
+    kind: str = "PodSnapshot"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PodSnapshotSpec
+    status: PodSnapshotStatus = Field(default_factory=PodSnapshotStatus)
+
+    @property
+    def ready(self) -> bool:
+        return self.status.artifact is not None and condition_true(
+            self.status.conditions, PodSnapshotConditions.READY
+        )
+
+    @property
+    def container(self) -> str | None:
+        return self.spec.source.containers[0] if self.spec.source.containers else None
+
+
+# ---- SnapshotJob ----------------------------------------------------------------------------
+
+
+class PodSnapshotTemplate(_Model):
+    target_containers: list[str] = Field(default_factory=lambda: ["main"])
+
+
+class SnapshotJobSpec(_Model):
+    pod_template: dict[str, Any]
+    pod_snapshot_template: PodSnapshotTemplate = Field(default_factory=PodSnapshotTemplate)
+    active_deadline_seconds: int = 3600
+
+
+class SnapshotJobStatus(_Model):
+    pod_snapshot_name: str | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class SnapshotJobConditions:
+    RUNNING = "Running"
+    CAPTURED = "Captured"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+class SnapshotJob(_Model):
+    api_version: str = API_VERSION
+    kind: str = "SnapshotJob"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: SnapshotJobSpec
+    status: SnapshotJobStatus = Field(default_factory=SnapshotJobStatus)

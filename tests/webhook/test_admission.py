@@ -1,0 +1,294 @@
+"""The webhook as a process, over real TLS, against a real kube-apiserver + etcd: first with
+AdmissionReview v1 payloads posted to it directly, then registered in the API server through a
+MutatingWebhookConfiguration, where the assertion is the pod the API server stores."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import threading
+import time
+import uuid
+
+import jsonpatch
+import pytest
+import yaml
+
+from restore_runtime.contracts import annotations as ann
+from tests.webhook.conftest import webhook_process
+
+pytestmark = pytest.mark.slow
+NS = "webhook-test"
+SNAPS = f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/podsnapshots"
+DIGEST = "sha256:" + "cd" * 32
+
+
+def snapshot_status(ready: bool = True) -> dict:
+    status = {
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                        "reason": "Captured" if ready else "CheckpointPending", "message": "",
+                        "lastTransitionTime": "2026-12-02T10:00:00Z"}],
+        "source": {"nodeName": "node-a", "arch": "x86_64", "driverVersion": "570.133.20",
+                   "gpus": [{"uuid": "GPU-1", "product": "NVIDIA H200", "memoryMiB": 143771}]},
+    }  # fmt: skip
+    if ready:
+        status["artifact"] = {"uri": f"file:///var/lib/snapshot/{NS}/ready", "sizeBytes": 4096,
+                              "manifestDigest": DIGEST}  # fmt: skip
+    return status
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane):
+    with control_plane.client() as c:
+        c.post("/api/v1/namespaces", json={"metadata": {"name": NS}})
+        c.post(
+            "/apis/node.k8s.io/v1/runtimeclasses",
+            json={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                  "metadata": {"name": "snapshot"}, "handler": "snapshot"},
+        )  # fmt: skip
+        for name, ready in (("ready", True), ("pending", False)):
+            r = c.post(SNAPS, json={
+                "apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
+                "metadata": {"name": name},
+                "spec": {"source": {"podRef": {"name": "src"}, "containers": ["main"]}}})  # fmt: skip
+            assert r.status_code in (201, 409), r.text
+            r = c.patch(
+                f"{SNAPS}/{name}/status", json={"status": snapshot_status(ready)},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )  # fmt: skip
+            assert r.status_code == 200, r.text
+    return control_plane
+
+
+def pod(snapshot: str | None = "ready", **annotations: str) -> dict:
+    a = {ann.RESTORE_FROM: snapshot} if snapshot else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"p-{uuid.uuid4().hex[:8]}", "namespace": NS,
+                     "annotations": {**a, **annotations}},
+        "spec": {"containers": [{"name": "main", "image": "registry.local/llm:1"}]},
+    }  # fmt: skip
+
+
+def review(obj: dict, kind: str = "Pod") -> dict:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "namespace": NS,
+            "object": obj,
+            "userInfo": {"username": "test"},
+        },
+    }
+
+
+def post(webhook, body) -> dict:
+    with webhook.client() as c:
+        r = c.post("/mutate", json=body) if not isinstance(body, bytes) else c.post(
+            "/mutate", content=body, headers={"Content-Type": "application/json"})  # fmt: skip
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+# ---- AdmissionReview payloads posted straight to the webhook over TLS ----------------------
+
+
+def test_ready_snapshot_gives_a_patch_that_yields_the_restore_pod(cluster, webhook):
+    rev = review(pod())
+    out = post(webhook, rev)
+    resp = out["response"]
+    assert out["apiVersion"] == "admission.k8s.io/v1" and out["kind"] == "AdmissionReview"
+    assert resp["uid"] == rev["request"]["uid"] and resp["allowed"] is True
+    assert resp["patchType"] == "JSONPatch"
+    patched = jsonpatch.apply_patch(
+        rev["request"]["object"], json.loads(base64.b64decode(resp["patch"]))
+    )
+    a = patched["metadata"]["annotations"]
+    assert a[ann.ARTIFACT] == f"file:///var/lib/snapshot/{NS}/ready"
+    assert a[ann.MANIFEST_DIGEST] == DIGEST and a[ann.CONTAINER] == "main"
+    assert patched["spec"]["runtimeClassName"] == "snapshot"
+    # admitting the result again changes nothing
+    again = post(webhook, review(patched))["response"]
+    assert again["allowed"] and "patch" not in again
+
+
+@pytest.mark.parametrize(
+    "snapshot, reason", [("missing", "not found"), ("pending", "is not Ready")]
+)
+def test_fallback_admits_unchanged_with_a_warning(cluster, webhook, snapshot, reason):
+    resp = post(webhook, review(pod(snapshot)))["response"]
+    assert resp["allowed"] is True and "patch" not in resp
+    assert reason in resp["warnings"][0] and f"{NS}/{snapshot}" in resp["warnings"][0]
+
+
+def test_strict_denies_with_the_reason(cluster, webhook):
+    resp = post(webhook, review(pod("missing", **{ann.RESTORE_POLICY: "strict"})))["response"]
+    assert resp["allowed"] is False and resp["status"]["code"] == 403
+    assert f"PodSnapshot {NS}/missing: not found" in resp["status"]["message"]
+
+
+def test_non_pod_objects_are_admitted_unchanged(cluster, webhook):
+    resp = post(webhook, review({"metadata": {"name": "x"}}, kind="ConfigMap"))["response"]
+    assert resp == {"uid": resp["uid"], "allowed": True}
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        (b"{not json", "malformed AdmissionReview"),
+        (b"[]", "malformed AdmissionReview"),
+        (
+            json.dumps(
+                {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}}
+            ).encode(),
+            "apiVersion",
+        ),  # fmt: skip
+        (
+            json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(),
+            "request",
+        ),
+        (
+            json.dumps(
+                {
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "request": {
+                        "uid": "",
+                        "kind": {"version": "v1", "kind": "Pod"},
+                        "operation": "CREATE",
+                    },
+                }
+            ).encode(),
+            "uid",
+        ),  # fmt: skip
+    ],
+)
+def test_malformed_review_is_a_400_with_a_message(cluster, webhook, body, fragment):
+    with webhook.client() as c:
+        r = c.post("/mutate", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400
+    assert "malformed AdmissionReview" in r.json()["error"] and fragment in r.json()["error"]
+
+
+def test_health_and_metrics(cluster, webhook):
+    with webhook.client() as c:
+        assert c.get("/healthz").text == "ok"
+        assert c.get("/readyz").text == "ok"
+        post(webhook, review(pod()))
+        text = c.get("/metrics").text
+    assert 'snapshot_webhook_admissions_total{result="mutated"}' in text
+    assert 'snapshot_webhook_snapshot_lookups_total{outcome="found"}' in text
+    assert "snapshot_webhook_admission_seconds_count" in text
+
+
+def test_unreachable_api_server_is_answered_within_the_timeout(cluster, tmp_path):
+    """An API server that accepts connections and never answers (a real listening socket that
+    reads nothing) must not hang admission: the lookup budget applies the pod's policy."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)
+        cfg = yaml.safe_load(cluster.kubeconfig.read_text())
+        cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{hole.getsockname()[1]}"
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(cfg))
+        with webhook_process(tmp_path, kubeconfig, "--lookup-timeout", "1") as w:
+            t0 = time.monotonic()
+            fallback = post(w, review(pod()))["response"]
+            strict = post(w, review(pod(**{ann.RESTORE_POLICY: "strict"})))["response"]
+            elapsed = time.monotonic() - t0
+    assert fallback["allowed"] and "no answer within 1s" in fallback["warnings"][0]
+    assert not strict["allowed"] and "no answer within 1s" in strict["status"]["message"]
+    assert elapsed < 8  # two 1 s budgets, far below the API server's 10 s webhook timeout
+
+
+# ---- registered in the API server: what gets stored ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def registered(cluster, webhook):
+    cfg = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "snapshot-webhook-test"},
+        "webhooks": [{
+            "name": "restore.snapshot.nvidia.com",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 10,
+            "reinvocationPolicy": "IfNeeded",
+            "clientConfig": {"url": f"{webhook.url}/mutate",
+                             "caBundle": base64.b64encode(webhook.ca.read_bytes()).decode()},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                       "resources": ["pods"], "scope": "Namespaced"}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
+        }],
+    }  # fmt: skip
+    with cluster.client() as c:
+        r = c.post("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", json=cfg)
+        assert r.status_code == 201, r.text
+    time.sleep(1)  # the API server picks up webhook configurations asynchronously
+    yield cluster
+    with cluster.client() as c:
+        c.delete("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+                 "snapshot-webhook-test")  # fmt: skip
+
+
+def create_pod(cp, body: dict):
+    with cp.client() as c:
+        return c.post(f"/api/v1/namespaces/{NS}/pods", json=body)
+
+
+def test_api_server_stores_the_mutated_pod(registered):
+    r = create_pod(registered, pod())
+    assert r.status_code == 201, r.text
+    stored = (
+        registered.client()
+        .get(f"/api/v1/namespaces/{NS}/pods/{r.json()['metadata']['name']}")
+        .json()
+    )
+    assert stored["spec"]["runtimeClassName"] == "snapshot"
+    assert stored["metadata"]["annotations"][ann.MANIFEST_DIGEST] == DIGEST
+    main = stored["spec"]["containers"][0]
+    assert {"name": "SNAPSHOT_CONTROL_DIR", "value": "/snapshot-control"} in main["env"]
+    exprs = stored["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"]
+    assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H200"]} in exprs
+
+
+def test_api_server_passes_on_the_fallback_warning(registered):
+    r = create_pod(registered, pod("missing"))
+    assert r.status_code == 201, r.text
+    assert "runtimeClassName" not in r.json()["spec"]
+    assert f"PodSnapshot {NS}/missing: not found" in r.headers.get("warning", "")
+
+
+def test_api_server_rejects_strict_restore_of_a_missing_snapshot(registered):
+    r = create_pod(registered, pod("missing", **{ann.RESTORE_POLICY: "strict"}))
+    assert r.status_code == 403 and f"PodSnapshot {NS}/missing: not found" in r.json()["message"]
+
+
+def test_api_server_rejects_user_set_internal_annotations(registered):
+    r = create_pod(registered, pod(None, **{ann.ARTIFACT: "file:///etc"}))
+    assert r.status_code == 403 and "set by the snapshot webhook only" in r.json()["message"]
+
+
+def test_concurrent_admissions(registered):
+    results: list[int] = []
+
+    def one():
+        results.append(create_pod(registered, pod()).status_code)
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [201] * 8

@@ -1,0 +1,246 @@
+"""The admission decision, case by case: each test applies the returned JSONPatch to the pod
+that was submitted and checks the pod that results."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonpatch
+import pytest
+
+from restore_runtime.contracts import annotations as ann
+from restore_runtime.contracts.crd import PodSnapshot
+from webhook.mutate import (
+    ARCH_LABEL,
+    CONTROL_VOLUME,
+    DRIVER_VERSION_LABEL,
+    GPU_PRODUCT_LABEL,
+    Found,
+    NotFound,
+    Unavailable,
+    decide,
+    label_value,
+)
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def snapshot(ready: bool = True, container: str = "main", gpus: bool = True) -> PodSnapshot:
+    status: dict = {
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                        "reason": "Captured" if ready else "CheckpointPending"}],
+        "source": {"nodeName": "node-a", "arch": "x86_64", "driverVersion": "570.133.20",
+                   "gpus": [{"uuid": "GPU-1", "product": "NVIDIA H200", "memoryMiB": 143771}]
+                   if gpus else []},
+    }  # fmt: skip
+    if ready:
+        status["artifact"] = {"uri": "file:///var/lib/snapshot/default/snap-1",
+                              "manifestDigest": DIGEST, "sizeBytes": 4_000_000_000}  # fmt: skip
+    return PodSnapshot.model_validate(
+        {"metadata": {"name": "snap-1", "namespace": "default"},
+         "spec": {"source": {"podRef": {"name": "src"}, "containers": [container]}},
+         "status": status}
+    )  # fmt: skip
+
+
+def pod(annotations: dict | None = None, **spec) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "llm-", "annotations": {ann.RESTORE_FROM: "snap-1",
+                                                            **(annotations or {})}},
+        "spec": {"containers": [{"name": "main", "image": "vllm:1"},
+                                {"name": "sidecar", "image": "envoy:1"}], **spec},
+    }  # fmt: skip
+
+
+def admitted(p: dict, lookup) -> tuple[dict, list[str]]:
+    d = decide(p, "default", lookup)
+    assert d.allowed, d.message
+    return jsonpatch.apply_patch(p, d.patch), d.warnings
+
+
+def main_container(p: dict) -> dict:
+    return next(c for c in p["spec"]["containers"] if c["name"] == "main")
+
+
+def test_ready_snapshot_mutates_the_pod():
+    out, warnings = admitted(pod(), Found(snapshot()))
+    a = out["metadata"]["annotations"]
+    assert a[ann.ARTIFACT] == "file:///var/lib/snapshot/default/snap-1"
+    assert a[ann.MANIFEST_DIGEST] == DIGEST
+    assert a[ann.CONTAINER] == "main"
+    assert a[ann.INTERNAL_RESTORE_POLICY] == "fallback"
+    assert out["spec"]["runtimeClassName"] == "snapshot"
+    terms = out["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [
+        {"key": ARCH_LABEL, "operator": "In", "values": ["amd64"]},
+        {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": ["NVIDIA-H200"]},
+        {"key": DRIVER_VERSION_LABEL, "operator": "In", "values": ["570.133.20"]},
+    ]}]  # fmt: skip
+    assert {"name": CONTROL_VOLUME, "emptyDir": {}} in out["spec"]["volumes"]
+    main = main_container(out)
+    assert {"name": CONTROL_VOLUME, "mountPath": "/snapshot-control"} in main["volumeMounts"]
+    assert {"name": "SNAPSHOT_CONTROL_DIR", "value": "/snapshot-control"} in main["env"]
+    # only the captured container is touched
+    assert out["spec"]["containers"][1] == pod()["spec"]["containers"][1]
+    assert warnings == []
+
+
+def test_mutation_is_idempotent():
+    first, _ = admitted(pod(), Found(snapshot()))
+    again = decide(first, "default", Found(snapshot()))
+    assert again.allowed and again.patch == [] and again.result == "unchanged"
+
+
+def test_the_patch_applies_to_the_object_as_submitted():
+    p = pod()
+    original = copy.deepcopy(p)
+    d = decide(p, "default", Found(snapshot()))
+    assert p == original, "decide must not modify its input"
+    assert all(op["op"] in ("add", "replace") for op in d.patch)
+    jsonpatch.apply_patch(original, d.patch)
+
+
+def test_existing_node_affinity_terms_each_get_the_requirements():
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+        ]}}}  # fmt: skip
+    out, _ = admitted(pod(affinity=affinity), Found(snapshot()))
+    terms = out["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    for zone, term in zip("ab", terms, strict=True):
+        keys = [e["key"] for e in term["matchExpressions"]]
+        assert keys == ["zone", ARCH_LABEL, GPU_PRODUCT_LABEL, DRIVER_VERSION_LABEL]
+        assert term["matchExpressions"][0]["values"] == [zone]
+
+
+def test_skip_compat_check_adds_no_affinity():
+    out, _ = admitted(pod({ann.SKIP_COMPAT_CHECK: "true"}), Found(snapshot()))
+    assert "affinity" not in out["spec"]
+    assert out["spec"]["runtimeClassName"] == "snapshot"
+
+
+def test_cpu_snapshot_pins_only_the_architecture():
+    out, _ = admitted(pod(), Found(snapshot(gpus=False)))
+    (term,) = out["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": ARCH_LABEL, "operator": "In", "values": ["amd64"]}]
+
+
+def test_existing_control_dir_env_is_honoured():
+    p = pod()
+    main_container(p)["env"] = [{"name": "SNAPSHOT_CONTROL_DIR", "value": "/ctl"}]
+    out, _ = admitted(p, Found(snapshot()))
+    main = main_container(out)
+    assert main["env"] == [{"name": "SNAPSHOT_CONTROL_DIR", "value": "/ctl"}]
+    assert {"name": CONTROL_VOLUME, "mountPath": "/ctl"} in main["volumeMounts"]
+
+
+def test_other_runtime_class_is_replaced_with_a_warning():
+    out, warnings = admitted(pod(runtimeClassName="nvidia"), Found(snapshot()))
+    assert out["spec"]["runtimeClassName"] == "snapshot"
+    assert warnings and "'nvidia'" in warnings[0]
+
+
+def test_strict_policy_is_passed_to_the_shim():
+    out, _ = admitted(pod({ann.RESTORE_POLICY: "strict"}), Found(snapshot()))
+    assert out["metadata"]["annotations"][ann.INTERNAL_RESTORE_POLICY] == "strict"
+
+
+@pytest.mark.parametrize(
+    "lookup, reason",
+    [
+        (NotFound(), "not found"),
+        (Found(snapshot(ready=False)), "is not Ready"),
+        (Found(snapshot(container="worker")), "captured container 'worker'"),
+        (Unavailable("no answer within 5s"), "could not be read from the API server"),
+    ],
+)
+def test_problems_fall_back_with_a_warning(lookup, reason):
+    d = decide(pod(), "default", lookup)
+    assert d.allowed and d.patch == [] and d.result == "fell-back"
+    assert len(d.warnings) == 1 and reason in d.warnings[0]
+    assert "default/snap-1" in d.warnings[0] and "without restore" in d.warnings[0]
+
+
+@pytest.mark.parametrize(
+    "lookup, reason",
+    [
+        (NotFound(), "not found"),
+        (Found(snapshot(ready=False)), "is not Ready"),
+        (Found(snapshot(container="worker")), "does not have"),
+        (Unavailable("no answer within 5s"), "no answer within 5s"),
+    ],
+)
+def test_problems_deny_under_strict(lookup, reason):
+    d = decide(pod({ann.RESTORE_POLICY: "strict"}), "default", lookup)
+    assert not d.allowed and reason in d.message and "default/snap-1" in d.message
+
+
+def test_failed_snapshot_reason_is_in_the_message():
+    snap = snapshot(ready=False)
+    snap.status.conditions.append(
+        snap.status.conditions[0].model_copy(
+            update={"type": "Failed", "status": "True", "reason": "CheckpointFailed",
+                    "message": "criu dump exited 1"}
+        )
+    )  # fmt: skip
+    d = decide(pod({ann.RESTORE_POLICY: "strict"}), "default", Found(snap))
+    assert "CheckpointFailed: criu dump exited 1" in d.message
+
+
+@pytest.mark.parametrize("key", ann.INTERNAL_KEYS)
+def test_user_set_internal_annotation_is_denied(key):
+    d = decide(pod({key: "file:///etc"}), "default", Found(snapshot()))
+    assert not d.allowed and key in d.message and "set by the snapshot webhook only" in d.message
+
+
+def test_internal_annotation_without_restore_is_denied():
+    p = pod({ann.ARTIFACT: "file:///etc"})
+    del p["metadata"]["annotations"][ann.RESTORE_FROM]
+    d = decide(p, "default", None)
+    assert not d.allowed and ann.ARTIFACT in d.message
+
+
+def test_internal_annotation_is_denied_even_when_the_snapshot_is_missing():
+    d = decide(pod({ann.ARTIFACT: "file:///etc"}), "default", NotFound())
+    assert not d.allowed
+
+
+def test_pod_without_restore_annotation_is_untouched():
+    p = pod()
+    del p["metadata"]["annotations"][ann.RESTORE_FROM]
+    d = decide(p, "default", None)
+    assert d.allowed and d.patch == [] and d.warnings == []
+
+
+@pytest.mark.parametrize("bad", ["", "   "])
+def test_empty_restore_from_is_denied(bad):
+    d = decide(pod({ann.RESTORE_FROM: bad}), "default", None)
+    assert not d.allowed and ann.RESTORE_FROM in d.message
+
+
+def test_unknown_policy_is_denied():
+    d = decide(pod({ann.RESTORE_POLICY: "sometimes"}), "default", Found(snapshot()))
+    assert not d.allowed and "fallback, strict" in d.message
+
+
+def test_pod_without_annotations_or_metadata():
+    d = decide({"spec": {"containers": [{"name": "main"}]}}, "default", None)
+    assert d.allowed and d.patch == []
+
+
+@pytest.mark.parametrize(
+    "text, label",
+    [("NVIDIA H200", "NVIDIA-H200"), ("NVIDIA A100-SXM4-80GB", "NVIDIA-A100-SXM4-80GB"),
+     ("570.133.20", "570.133.20"), ("Tesla T4 (rev 2)", "Tesla-T4--rev-2")],
+)  # fmt: skip
+def test_label_value_follows_gpu_feature_discovery(text, label):
+    assert label_value(text) == label

@@ -1,0 +1,132 @@
+"""The HTTP layer: FastAPI routes around mutate.decide. Every request gets an answer: a malformed
+AdmissionReview is a 400 with the reason, and an unexpected error still admits or denies under
+the pod's policy rather than surfacing as a 500 (a 500 makes the API server apply the webhook's
+failurePolicy, which the user did not choose per pod)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from pydantic import ValidationError
+
+from restore_runtime.contracts import annotations as ann
+from webhook import mutate, review
+from webhook.lookup import LookupFn
+
+log = logging.getLogger("snapshot.webhook")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.admissions = Counter(
+            "snapshot_webhook_admissions",
+            "Admission reviews answered, by result (unchanged, mutated, fell-back, denied, "
+            "malformed, error)",
+            ["result"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "snapshot_webhook_admission_seconds",
+            "Time to answer an admission review, including the PodSnapshot lookup",
+            registry=self.registry,
+        )
+        self.lookups = Counter(
+            "snapshot_webhook_snapshot_lookups",
+            "PodSnapshot lookups, by outcome (found, not-found, unavailable)",
+            ["outcome"],
+            registry=self.registry,
+        )
+
+
+def create_app(
+    lookup: LookupFn, runtime_class: str = mutate.DEFAULT_RUNTIME_CLASS, ready: bool = True
+) -> FastAPI:
+    app = FastAPI(title="snapshot-webhook", docs_url=None, redoc_url=None, openapi_url=None)
+    metrics = Metrics()
+    app.state.metrics = metrics
+    app.state.ready = ready
+
+    @app.get("/healthz", response_class=PlainTextResponse)
+    async def healthz() -> str:
+        return "ok"
+
+    @app.get("/readyz", response_class=PlainTextResponse)
+    async def readyz() -> Response:
+        if app.state.ready:
+            return PlainTextResponse("ok")
+        return PlainTextResponse("not ready", status_code=503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/mutate")
+    async def admit(request: Request) -> JSONResponse:
+        started = time.monotonic()
+        try:
+            body = json.loads(await request.body())
+            rev = review.AdmissionReview.model_validate(body)
+        except (ValueError, ValidationError) as e:
+            metrics.admissions.labels("malformed").inc()
+            message = f"malformed AdmissionReview: {e}"
+            log.warning("%s", message.splitlines()[0])
+            return JSONResponse({"error": message}, status_code=400)
+        req = rev.request
+        try:
+            decision = await _decide(req, lookup, runtime_class, metrics)
+        except Exception as e:  # a bug here must not block pod creation cluster-wide
+            log.exception("admission %s failed", req.uid)
+            decision = _on_error(req, e)
+            metrics.admissions.labels("error").inc()
+        else:
+            metrics.admissions.labels(decision.result).inc()
+        metrics.latency.observe(time.monotonic() - started)
+        name = (req.object or {}).get("metadata", {}).get("name") or req.name or "(generated)"
+        log.info(
+            "%s pod %s/%s: %s%s",
+            req.operation, req.namespace, name, decision.result,
+            f" ({decision.message or '; '.join(decision.warnings)})"
+            if decision.message or decision.warnings else "",
+        )  # fmt: skip
+        return JSONResponse(review.response(req.uid, decision))
+
+    return app
+
+
+async def _decide(
+    req: review.AdmissionRequest, lookup: LookupFn, runtime_class: str, metrics: Metrics
+) -> mutate.Decision:
+    if req.kind.kind != "Pod" or req.object is None:
+        return mutate.Decision(allowed=True)
+    name, _ = mutate.restore_request(req.object)
+    found = None
+    if name is not None:
+        found = await lookup(req.namespace, name)
+        outcome = {mutate.Found: "found", mutate.NotFound: "not-found"}.get(
+            type(found), "unavailable"
+        )
+        metrics.lookups.labels(outcome).inc()
+    return mutate.decide(req.object, req.namespace, found, runtime_class)
+
+
+def _on_error(req: review.AdmissionRequest, error: Exception) -> mutate.Decision:
+    annotations = ((req.object or {}).get("metadata") or {}).get("annotations") or {}
+    if annotations.get(ann.RESTORE_POLICY) == ann.RestorePolicy.STRICT.value:
+        return mutate.Decision.deny(f"snapshot webhook error: {error}")
+    return mutate.Decision(
+        allowed=True,
+        warnings=[f"snapshot webhook error ({error}); starting without restore"],
+        result="error",
+    )

@@ -1,0 +1,120 @@
+"""Self-signed serving certificates for clusters without cert-manager: a CA and a serving
+certificate for the webhook's Service, made with `cryptography`. Kept across restarts (the
+API server holds the CA in the webhook configuration's caBundle) and renewed when they are
+missing, unreadable, expire within 30 days or do not cover the wanted names."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from restore_runtime.contracts.handshake import atomic_write
+
+log = logging.getLogger("snapshot.webhook")
+VALIDITY = dt.timedelta(days=365)
+RENEW_BEFORE = dt.timedelta(days=30)
+
+
+@dataclass(frozen=True)
+class ServingCert:
+    ca: Path
+    cert: Path
+    key: Path
+
+    @property
+    def ca_pem(self) -> bytes:
+        return self.ca.read_bytes()
+
+
+def service_names(service: str, namespace: str) -> list[str]:
+    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
+            f"{service}.{namespace}.svc.cluster.local"]  # fmt: skip
+
+
+def ensure(directory: Path, names: list[str]) -> ServingCert:
+    """The CA and serving certificate in directory, created or renewed as needed."""
+    out = ServingCert(directory / "ca.crt", directory / "tls.crt", directory / "tls.key")
+    if _still_good(out, names):
+        return out
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "snapshot-webhook-ca")])
+    ca = (
+        _builder(ca_name, ca_name, ca_key.public_key(), now)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_key_usage(cert_sign=True), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    alt: list[x509.GeneralName] = []
+    for n in names:
+        try:
+            alt.append(x509.IPAddress(ipaddress.ip_address(n)))
+        except ValueError:
+            alt.append(x509.DNSName(n))
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
+    cert = (
+        _builder(subject, ca_name, key.public_key(), now)
+        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(cert_sign=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    atomic_write(out.key, key_pem)
+    os.chmod(out.key, 0o600)
+    atomic_write(out.cert, cert.public_bytes(serialization.Encoding.PEM))
+    atomic_write(out.ca, ca.public_bytes(serialization.Encoding.PEM))
+    log.info("wrote a self-signed CA and serving certificate for %s to %s", names, directory)
+    return out
+
+
+def _builder(subject, issuer, public_key, now: dt.datetime) -> x509.CertificateBuilder:
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+    )
+
+
+def _key_usage(cert_sign: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True, content_commitment=False, key_encipherment=not cert_sign,
+        data_encipherment=False, key_agreement=False, key_cert_sign=cert_sign,
+        crl_sign=cert_sign, encipher_only=False, decipher_only=False,
+    )  # fmt: skip
+
+
+def _still_good(out: ServingCert, names: list[str]) -> bool:
+    try:
+        cert = x509.load_pem_x509_certificate(out.cert.read_bytes())
+        x509.load_pem_x509_certificate(out.ca.read_bytes())
+        serialization.load_pem_private_key(out.key.read_bytes(), password=None)
+    except (OSError, ValueError):
+        return False
+    if cert.not_valid_after_utc - dt.datetime.now(dt.UTC) < RENEW_BEFORE:
+        return False
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    have = {str(v) for v in san.get_values_for_type(x509.IPAddress)} | set(
+        san.get_values_for_type(x509.DNSName)
+    )
+    return set(names) <= have
