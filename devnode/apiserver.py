@@ -165,7 +165,7 @@ def control_plane(workdir: Path) -> Iterator[ControlPlane]:
                 ],
                 stdout=logf,
                 stderr=subprocess.STDOUT,
-            )  # fmt: skip
+            )
         )
         procs.append(
             subprocess.Popen(
@@ -193,7 +193,7 @@ def control_plane(workdir: Path) -> Iterator[ControlPlane]:
                 ],
                 stdout=logf,
                 stderr=subprocess.STDOUT,
-            )  # fmt: skip
+            )
         )
         url = f"https://127.0.0.1:{api_port}"
         kubeconfig = workdir / "kubeconfig"

@@ -48,10 +48,10 @@ def cluster(control_plane):
                   "metadata": {"name": "snapshot"}, "handler": "snapshot"},
         )  # fmt: skip
         for name, ready in (("ready", True), ("pending", False)):
-            r = c.post(SNAPS, json={
-                "apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
-                "metadata": {"name": name},
-                "spec": {"source": {"podRef": {"name": "src"}, "containers": ["main"]}}})  # fmt: skip
+            source = {"podRef": {"name": "src"}, "containers": ["main"]}
+            body = {"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
+                    "metadata": {"name": name}, "spec": {"source": source}}  # fmt: skip
+            r = c.post(SNAPS, json=body)
             assert r.status_code in (201, 409), r.text
             r = c.patch(
                 f"{SNAPS}/{name}/status", json={"status": snapshot_status(ready)},
@@ -148,7 +148,7 @@ def test_non_pod_objects_are_admitted_unchanged(cluster, webhook):
                 {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}}
             ).encode(),
             "apiVersion",
-        ),  # fmt: skip
+        ),
         (
             json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(),
             "request",
@@ -166,7 +166,7 @@ def test_non_pod_objects_are_admitted_unchanged(cluster, webhook):
                 }
             ).encode(),
             "uid",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_malformed_review_is_a_400_with_a_message(cluster, webhook, body, fragment):
