@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -72,6 +73,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--netns", help="network namespace (name or path) to start it in")
     run.add_argument("--control-dir", type=Path, help="exported as SNAPSHOT_CONTROL_DIR")
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+
+    a = sub.add_parser("agent", help="run the node agent (the chart's DaemonSet runs this)")
+    a.add_argument("--node", default=os.environ.get("NODE_NAME"), help="default: $NODE_NAME")
+    a.add_argument("--store", type=Path, default=Path("/var/lib/snapshot/artifacts"),
+                   help="artifact store: the same path on every node that may restore")  # fmt: skip
+    a.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"))
+    a.add_argument("--runc-root", type=Path, default=Path("/run/containerd/runc/k8s.io"))
+    a.add_argument("--handshake-timeout", type=float, default=300.0, metavar="S")
+    a.add_argument("--interval", type=float, default=2.0, help="seconds between passes")
+    a.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
     return p
 
 
@@ -211,6 +222,34 @@ def _phases(t: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.2f}s" for k, v in t.items() if k not in ("total",))
 
 
+def cmd_agent(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+
+    from . import kube  # the control-plane libraries load only for the agent
+    from .agent.run import Agent, AgentConfig
+
+    if not args.node:
+        raise SnapshotError("give --node or set NODE_NAME (the downward API's spec.nodeName)")
+    cfg = AgentConfig(
+        node=args.node,
+        store=args.store,
+        kubelet_root=args.kubelet_root,
+        runc_root=args.runc_root,
+        handshake_timeout_s=args.handshake_timeout,
+    )
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        async with await kube.api_client(args.kubeconfig) as api:
+            await Agent(api, cfg).run(args.interval, stop)
+
+    asyncio.run(run())
+    return 0
+
+
 COMMANDS = {
     "checkpoint": cmd_checkpoint,
     "restore": cmd_restore,
@@ -218,6 +257,7 @@ COMMANDS = {
     "inspect": cmd_inspect,
     "keygen": cmd_keygen,
     "run": cmd_run,
+    "agent": cmd_agent,
 }
 
 

@@ -7,15 +7,19 @@ the shim and snapshotctl never load it."""
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+from pydantic import BaseModel, ValidationError
 
 from restore_runtime.contracts import crd
 
-__all__ = ["ApiException", "PodSnapshots", "api_client"]
+__all__ = ["ApiException", "CustomResources", "api_client", "pod_snapshots", "snapshot_jobs"]
+log = logging.getLogger(__name__)
 
 # The generated client sends a dict body to custom objects as a JSON patch; they need a merge patch.
 MERGE_PATCH = "application/merge-patch+json"
@@ -35,55 +39,101 @@ async def api_client(kubeconfig: str | None = None) -> client.ApiClient:
     return client.ApiClient(configuration=cfg)
 
 
-class PodSnapshots:
-    def __init__(self, api: client.ApiClient) -> None:
-        self._objs = client.CustomObjectsApi(api)
+M = TypeVar("M", crd.PodSnapshot, crd.SnapshotJob)
 
-    async def get(
-        self, namespace: str, name: str, timeout: float | None = None
-    ) -> crd.PodSnapshot | None:
-        """The PodSnapshot, or None when it does not exist; ApiException for anything else."""
+
+class CustomResources(Generic[M]):
+    """Typed access to one of our custom resources."""
+
+    def __init__(self, api: client.ApiClient, plural: str, model: type[M]) -> None:
+        self._objs = client.CustomObjectsApi(api)
+        self._plural = plural
+        self._model = model
+
+    def _args(self, namespace: str) -> tuple[str, str, str, str]:
+        return crd.GROUP, crd.VERSION, namespace, self._plural
+
+    async def get(self, namespace: str, name: str, timeout: float | None = None) -> M | None:
+        """The object, or None when it does not exist; ApiException for anything else."""
         try:
             obj = await self._objs.get_namespaced_custom_object(
-                crd.GROUP, crd.VERSION, namespace, crd.POD_SNAPSHOT_PLURAL, name,
-                _request_timeout=timeout,
-            )  # fmt: skip
+                *self._args(namespace), name, _request_timeout=timeout
+            )
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
-        return crd.PodSnapshot.model_validate(obj)
+        return self._model.model_validate(obj)
 
-    async def list(self, namespace: str | None = None) -> list[crd.PodSnapshot]:
-        if namespace:
-            objs = await self._objs.list_namespaced_custom_object(
-                crd.GROUP, crd.VERSION, namespace, crd.POD_SNAPSHOT_PLURAL
-            )
-        else:
-            objs = await self._objs.list_cluster_custom_object(
-                crd.GROUP, crd.VERSION, crd.POD_SNAPSHOT_PLURAL
-            )
-        return [crd.PodSnapshot.model_validate(o) for o in objs.get("items", [])]
+    async def list(self) -> list[M]:
+        """Every object in the cluster; one that does not parse is logged and skipped, so that
+        a bad object cannot stop the others from being reconciled."""
+        objs = await self._objs.list_cluster_custom_object(crd.GROUP, crd.VERSION, self._plural)
+        out = []
+        for o in objs.get("items", []):
+            try:
+                out.append(self._model.model_validate(o))
+            except ValidationError as e:
+                meta = o.get("metadata", {})
+                log.error("skipping %s %s/%s: %s", self._plural, meta.get("namespace"),
+                          meta.get("name"), e)  # fmt: skip
+        return out
 
-    async def create(self, snap: crd.PodSnapshot) -> crd.PodSnapshot:
-        body = snap.to_api()
+    async def create(self, obj: M) -> M:
+        body = obj.to_api()
         body.pop("status", None)
-        obj = await self._objs.create_namespaced_custom_object(
-            crd.GROUP, crd.VERSION, snap.metadata.namespace, crd.POD_SNAPSHOT_PLURAL, body
+        created = await self._objs.create_namespaced_custom_object(
+            *self._args(obj.metadata.namespace), body
         )
-        return crd.PodSnapshot.model_validate(obj)
+        return self._model.model_validate(created)
 
-    async def patch_status(
-        self, namespace: str, name: str, status: crd.PodSnapshotStatus
-    ) -> crd.PodSnapshot:
-        obj = await self._objs.patch_namespaced_custom_object_status(
-            crd.GROUP, crd.VERSION, namespace, crd.POD_SNAPSHOT_PLURAL, name,
+    async def patch_status(self, obj: M, status: BaseModel) -> None:
+        await self._objs.patch_namespaced_custom_object_status(
+            *self._args(obj.metadata.namespace), obj.metadata.name,
             {"status": status.to_api()}, _content_type=MERGE_PATCH,
         )  # fmt: skip
-        return crd.PodSnapshot.model_validate(obj)
 
-    async def patch_metadata(self, namespace: str, name: str, metadata: dict[str, Any]) -> None:
+    async def set_finalizers(self, obj: M, finalizers: list[str]) -> None:
+        # resourceVersion makes this a compare-and-swap: a concurrent change gets a 409 and the
+        # next resync retries from fresh state.
+        meta = {"finalizers": finalizers, "resourceVersion": obj.metadata.resource_version}
         await self._objs.patch_namespaced_custom_object(
-            crd.GROUP, crd.VERSION, namespace, crd.POD_SNAPSHOT_PLURAL, name,
-            {"metadata": metadata}, _content_type=MERGE_PATCH,
+            *self._args(obj.metadata.namespace), obj.metadata.name, {"metadata": meta},
+            _content_type=MERGE_PATCH,
         )  # fmt: skip
+
+
+def pod_snapshots(api: client.ApiClient) -> CustomResources[crd.PodSnapshot]:
+    return CustomResources(api, crd.POD_SNAPSHOT_PLURAL, crd.PodSnapshot)
+
+
+def snapshot_jobs(api: client.ApiClient) -> CustomResources[crd.SnapshotJob]:
+    return CustomResources(api, crd.SNAPSHOT_JOB_PLURAL, crd.SnapshotJob)
+
+
+async def emit_event(
+    api: client.ApiClient,
+    obj: dict[str, Any],
+    type_: str,
+    reason: str,
+    message: str,
+    component: str,
+) -> None:
+    """A core/v1 Event about obj (apiVersion, kind and metadata of any object). Events are
+    best effort: failing to record one is logged, never raised."""
+    meta = obj["metadata"]
+    now = datetime.now(UTC)
+    event = {
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"],
+                           "name": meta["name"], "namespace": meta["namespace"],
+                           "uid": meta.get("uid")},
+        "type": type_, "reason": reason, "message": message[:1024],
+        "source": {"component": component}, "reportingComponent": component,
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    }  # fmt: skip
+    try:
+        await client.CoreV1Api(api).create_namespaced_event(meta["namespace"], event)
+    except (ApiException, OSError) as e:
+        log.warning("could not record event %s on %s/%s: %s", reason, meta["namespace"],
+                    meta["name"], e)  # fmt: skip

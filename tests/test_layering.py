@@ -25,9 +25,10 @@ def imported_packages(path: Path) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("package", ["restore_runtime", "shim"])
+@pytest.mark.parametrize("package", ["restore_runtime", "shim", "webhook", "controller"])
 def test_one_way_dependencies(package):
-    forbidden = DEV_ONLY | (ABOVE_ENGINE if package == "restore_runtime" else set())
+    # Nothing imports the shim or the webhook; only the engine is shared.
+    forbidden = DEV_ONLY | (ABOVE_ENGINE - {package})
     bad = {
         str(p.relative_to(ROOT)): sorted(imported_packages(p) & forbidden)
         for p in (ROOT / package).rglob("*.py")
@@ -42,3 +43,21 @@ def test_workload_helper_stays_standard_library_only():
         ROOT / "restore_runtime" / "contracts" / "handshake.py"
     )
     assert {m for m in mods if m not in sys.stdlib_module_names} <= allowed_local
+
+
+CONTROL_PLANE_LIBS = {"kubernetes_asyncio", "fastapi", "uvicorn", "jsonpatch", "prometheus_client"}
+
+
+def test_node_side_never_loads_the_control_plane_libraries():
+    """The shim and the engine's data path run on every node, many times: they must not import
+    the Kubernetes client or the web stack (only restore_runtime.kube and the agent may)."""
+    allowed = {ROOT / "restore_runtime" / "kube.py"} | set(
+        (ROOT / "restore_runtime" / "agent").rglob("*.py")
+    )
+    bad = {
+        str(p.relative_to(ROOT)): sorted(imported_packages(p) & CONTROL_PLANE_LIBS)
+        for pkg in ("shim", "restore_runtime")
+        for p in (ROOT / pkg).rglob("*.py")
+        if p not in allowed and imported_packages(p) & CONTROL_PLANE_LIBS
+    }
+    assert bad == {}

@@ -88,7 +88,7 @@ async def serve(args: argparse.Namespace) -> None:
         if args.patch_ca_bundle:
             await patch_ca_bundle(api, args.patch_ca_bundle, tls.ca_pem)
         app = create_app(
-            snapshot_lookup(kube.PodSnapshots(api), args.lookup_timeout), args.runtime_class
+            snapshot_lookup(kube.pod_snapshots(api), args.lookup_timeout), args.runtime_class
         )
         config = uvicorn.Config(
             app, host=args.host, port=args.port, ssl_certfile=str(cert), ssl_keyfile=str(key),

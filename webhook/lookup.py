@@ -8,13 +8,14 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
-from restore_runtime.kube import ApiException, PodSnapshots
+from restore_runtime.contracts.crd import PodSnapshot
+from restore_runtime.kube import ApiException, CustomResources
 from webhook.mutate import Found, Lookup, NotFound, Unavailable
 
 LookupFn = Callable[[str, str], Awaitable[Lookup]]
 
 
-def snapshot_lookup(snapshots: PodSnapshots, timeout: float) -> LookupFn:
+def snapshot_lookup(snapshots: CustomResources[PodSnapshot], timeout: float) -> LookupFn:
     async def lookup(namespace: str, name: str) -> Lookup:
         try:
             async with asyncio.timeout(timeout):

@@ -17,13 +17,12 @@ import jsonpatch
 
 from restore_runtime.contracts import annotations as ann
 from restore_runtime.contracts.crd import PodSnapshot
-from restore_runtime.contracts.handshake import CONTROL_DIR_ENV, DEFAULT_CONTROL_DIR
+from restore_runtime.podspec import add_control_dir
 
 # GPU feature discovery's node labels.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DRIVER_VERSION_LABEL = "nvidia.com/cuda.driver-version.full"
 ARCH_LABEL = "kubernetes.io/arch"
-CONTROL_VOLUME = "snapshot-control"
 DEFAULT_RUNTIME_CLASS = "snapshot"
 
 _KUBE_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64le", "s390x": "s390x"}
@@ -180,18 +179,7 @@ def mutate(
     if not skip:
         _require_node_labels(spec, node_requirements(snap))
 
-    volumes = spec.setdefault("volumes", [])
-    if not any(v.get("name") == CONTROL_VOLUME for v in volumes):
-        volumes.append({"name": CONTROL_VOLUME, "emptyDir": {}})
-    container = next(c for c in spec["containers"] if c.get("name") == snap.container)
-    env = container.setdefault("env", [])
-    control_dir = next((e.get("value") for e in env if e.get("name") == CONTROL_DIR_ENV), None)
-    if control_dir is None:
-        control_dir = DEFAULT_CONTROL_DIR
-        env.append({"name": CONTROL_DIR_ENV, "value": control_dir})
-    mounts = container.setdefault("volumeMounts", [])
-    if not any(m.get("mountPath") == control_dir for m in mounts):
-        mounts.append({"name": CONTROL_VOLUME, "mountPath": control_dir})
+    add_control_dir(spec, snap.container)
     return out
 
 

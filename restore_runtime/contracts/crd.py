@@ -136,6 +136,18 @@ class PodSnapshotConditions:
     FAILED = "Failed"
 
 
+class PodSnapshotReasons:
+    """Reasons of the Ready/Failed conditions; the hand-over between the controller and the
+    node agent is Ready=False with CHECKPOINT_PENDING and status.source.nodeName set."""
+
+    WAITING_FOR_SOURCE = "WaitingForSource"  # controller: pod not scheduled or not running yet
+    CHECKPOINT_PENDING = "CheckpointPending"  # controller -> the agent on the node
+    CHECKPOINTING = "Checkpointing"  # agent: at work
+    CAPTURED = "Captured"  # agent: Ready
+    INVALID_SOURCE = "InvalidSource"  # controller: Failed, the source cannot be captured
+    CHECKPOINT_FAILED = "CheckpointFailed"  # agent: Failed, with the engine's error
+
+
 class PodSnapshot(_Model):
     api_version: str = API_VERSION
     kind: str = "PodSnapshot"

@@ -10,9 +10,9 @@ import pytest
 
 from restore_runtime.contracts import annotations as ann
 from restore_runtime.contracts.crd import PodSnapshot
+from restore_runtime.podspec import CONTROL_VOLUME
 from webhook.mutate import (
     ARCH_LABEL,
-    CONTROL_VOLUME,
     DRIVER_VERSION_LABEL,
     GPU_PRODUCT_LABEL,
     Found,

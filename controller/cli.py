@@ -1,0 +1,40 @@
+"""`snapshot-controller`: runs the PodSnapshot and SnapshotJob reconcilers.
+
+snapshot-controller [--kubeconfig FILE] [--interval 2]"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from controller.loop import Controller
+from restore_runtime import kube
+
+
+async def _main(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with await kube.api_client(args.kubeconfig) as api:
+        await Controller(api).run(args.interval, stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="snapshot-controller", description=__doc__.splitlines()[0])
+    p.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between passes")
+    p.add_argument("--log-level", default="info")
+    args = p.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    asyncio.run(_main(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

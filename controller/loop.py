@@ -1,0 +1,98 @@
+"""The controller's I/O: read every PodSnapshot and SnapshotJob with what they refer to, ask the
+pure reconcilers what to do, do it. Level-triggered: each pass starts from what the API server
+holds now, so a failed write or a restart is repaired by the next pass."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from controller import jobs, snapshots
+from restore_runtime import kube
+from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, PodSnapshot, SnapshotJob
+from restore_runtime.kube import ApiException
+
+log = logging.getLogger("snapshot.controller")
+COMPONENT = "snapshot-controller"
+
+
+class Controller:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.snapshots = kube.pod_snapshots(api)
+        self.jobs = kube.snapshot_jobs(api)
+
+    async def run(self, interval: float, stop: asyncio.Event) -> None:
+        log.info("reconciling every %gs", interval)
+        while not stop.is_set():
+            try:
+                await self.reconcile_all()
+            except (ApiException, OSError) as e:
+                log.warning("pass failed, retrying in %gs: %s", interval, e)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+
+    async def reconcile_all(self) -> None:
+        for job in await self.jobs.list():
+            await self._guard(self.reconcile_job, job)
+        for snap in await self.snapshots.list():
+            await self._guard(self.reconcile_snapshot, snap)
+
+    async def _guard(self, fn, obj) -> None:
+        # One object's failure (a conflict, a rejected write) must not stop the others.
+        try:
+            await fn(obj)
+        except ApiException as e:
+            log.warning("%s %s/%s: HTTP %s %s", obj.kind, obj.metadata.namespace,
+                        obj.metadata.name, e.status, e.reason)  # fmt: skip
+
+    async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            pod = await self.core.read_namespaced_pod(name, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return self.api.sanitize_for_serialization(pod)
+
+    async def reconcile_snapshot(self, snap: PodSnapshot) -> None:
+        pod = await self.read_pod(snap.metadata.namespace, snap.spec.source.pod_ref.name)
+        act = snapshots.reconcile(snap, pod)
+        if act.add_finalizer:
+            await self.snapshots.set_finalizers(
+                snap, [*snap.metadata.finalizers, ARTIFACT_FINALIZER]
+            )
+        if act.remove_finalizer:
+            rest = [f for f in snap.metadata.finalizers if f != ARTIFACT_FINALIZER]
+            await self.snapshots.set_finalizers(snap, rest)
+        if act.status is not None:
+            await self.snapshots.patch_status(snap, act.status)
+        await self._events(snap, act.events)
+
+    async def reconcile_job(self, job: SnapshotJob) -> None:
+        ns = job.metadata.namespace
+        pod = await self.read_pod(ns, jobs.source_pod_name(job))
+        snap_name = job.status.pod_snapshot_name or job.metadata.name
+        snap = await self.snapshots.get(ns, snap_name)
+        act = jobs.reconcile(job, pod, snap, datetime.now(UTC))
+        if act.create_pod is not None:
+            log.info("SnapshotJob %s/%s: creating source pod", ns, job.metadata.name)
+            await self.core.create_namespaced_pod(ns, act.create_pod)
+        if act.create_snapshot is not None:
+            await self.snapshots.create(act.create_snapshot)
+        if act.delete_pod and pod is not None:
+            with contextlib.suppress(ApiException):
+                await self.core.delete_namespaced_pod(pod["metadata"]["name"], ns)
+        if act.status is not None:
+            await self.jobs.patch_status(job, act.status)
+        await self._events(job, act.events)
+
+    async def _events(self, obj: PodSnapshot | SnapshotJob, events) -> None:
+        for type_, reason, message in events:
+            await kube.emit_event(self.api, obj.to_api(), type_, reason, message, COMPONENT)

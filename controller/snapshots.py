@@ -1,0 +1,108 @@
+"""What the controller does with one PodSnapshot, decided from the snapshot and its source pod.
+
+The controller never checkpoints: it validates the source, records the node, and leaves the
+snapshot `Ready=False/CheckpointPending` for that node's agent, which does the checkpoint and
+sets `Ready` or `Failed`. Deletion is the agent's too (the artifact may be on the node's disk);
+the controller removes the finalizer only when no node ever took the snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from restore_runtime.contracts.crd import (
+    ARTIFACT_FINALIZER,
+    ConditionStatus,
+    PodSnapshot,
+    PodSnapshotConditions,
+    PodSnapshotReasons,
+    PodSnapshotStatus,
+    SourceInfo,
+    condition_true,
+    set_condition,
+)
+
+READY, FAILED = PodSnapshotConditions.READY, PodSnapshotConditions.FAILED
+R = PodSnapshotReasons
+
+
+@dataclass
+class SnapshotActions:
+    add_finalizer: bool = False
+    remove_finalizer: bool = False
+    status: PodSnapshotStatus | None = None  # the new status, when it changes
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+
+
+def finished(snap: PodSnapshot) -> bool:
+    return condition_true(snap.status.conditions, READY) or condition_true(
+        snap.status.conditions, FAILED
+    )
+
+
+def reconcile(snap: PodSnapshot, pod: dict[str, Any] | None) -> SnapshotActions:
+    """pod: the source pod (None when it does not exist)."""
+    out = SnapshotActions()
+    node = snap.status.source.node_name if snap.status.source else ""
+    if snap.metadata.deletion_timestamp is not None:
+        # The agent deletes the artifact and drops the finalizer; with no node, nothing to delete.
+        out.remove_finalizer = ARTIFACT_FINALIZER in snap.metadata.finalizers and not node
+        return out
+    out.add_finalizer = ARTIFACT_FINALIZER not in snap.metadata.finalizers
+    if finished(snap) or node:
+        return out  # captured, failed, or in the agent's hands
+
+    problem, waiting = source_problem(snap, pod)
+    conds = snap.status.conditions
+    if problem and not waiting:
+        conds = set_condition(conds, READY, ConditionStatus.FALSE, R.INVALID_SOURCE, problem)
+        conds = set_condition(conds, FAILED, ConditionStatus.TRUE, R.INVALID_SOURCE, problem)
+        out.status = snap.status.model_copy(update={"conditions": conds})
+        out.events.append(("Warning", R.INVALID_SOURCE, problem))
+    elif problem:
+        out.status = _with_ready_false(snap, R.WAITING_FOR_SOURCE, problem)
+    else:
+        assert pod is not None
+        node = pod["spec"]["nodeName"]
+        out.status = _with_ready_false(
+            snap, R.CHECKPOINT_PENDING, f"waiting for the snapshot agent on node {node}"
+        )
+        out.status.source = SourceInfo(node_name=node)
+        out.events.append(("Normal", R.CHECKPOINT_PENDING, f"checkpoint handed to node {node}"))
+    if out.status is not None and out.status == snap.status:
+        out.status = None
+    return out
+
+
+def _with_ready_false(snap: PodSnapshot, reason: str, message: str) -> PodSnapshotStatus:
+    return snap.status.model_copy(
+        update={"conditions": set_condition(snap.status.conditions, READY,
+                                            ConditionStatus.FALSE, reason, message)}
+    )  # fmt: skip
+
+
+def source_problem(snap: PodSnapshot, pod: dict[str, Any] | None) -> tuple[str | None, bool]:
+    """(what is wrong with the source, whether waiting may fix it)."""
+    ref = snap.spec.source.pod_ref
+    if pod is None:
+        return f"source pod {ref.name} not found", False
+    if ref.uid and pod["metadata"].get("uid") != ref.uid:
+        return f"source pod {ref.name} has uid {pod['metadata'].get('uid')}, not {ref.uid}", False
+    name = snap.container
+    containers = [c["name"] for c in pod["spec"].get("containers", [])]
+    if name not in containers:
+        return f"source pod {ref.name} has no container {name!r} (has {containers})", False
+    phase = (pod.get("status") or {}).get("phase", "Pending")
+    if phase in ("Succeeded", "Failed"):
+        return f"source pod {ref.name} has finished ({phase})", False
+    if not pod["spec"].get("nodeName"):
+        return f"source pod {ref.name} is not scheduled yet", True
+    status = container_status(pod, name)
+    if phase != "Running" or status is None or "running" not in (status.get("state") or {}):
+        return f"container {name!r} of source pod {ref.name} is not running yet", True
+    return None, False
+
+
+def container_status(pod: dict[str, Any], name: str | None) -> dict[str, Any] | None:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((s for s in statuses if s.get("name") == name), None)

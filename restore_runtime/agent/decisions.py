@@ -1,0 +1,156 @@
+"""The agent's decisions, pure: which PodSnapshots are its work, the statuses it writes, the
+pod condition that reports a restore, and where things are on the node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..contracts.annotations import ARTIFACT, RESTORED_CONDITION, RestoreOutcome
+from ..contracts.crd import (
+    ArtifactRef,
+    ConditionStatus,
+    GpuInfo,
+    PodSnapshot,
+    PodSnapshotConditions,
+    PodSnapshotReasons,
+    PodSnapshotStatus,
+    SourceInfo,
+    condition_true,
+    set_condition,
+)
+from ..contracts.manifest import Manifest
+from ..contracts.report import RestoreReport
+from ..podspec import CONTROL_VOLUME
+
+R = PodSnapshotReasons
+READY, FAILED = PodSnapshotConditions.READY, PodSnapshotConditions.FAILED
+
+
+def ready_reason(snap: PodSnapshot) -> str | None:
+    return next((c.reason for c in snap.status.conditions if c.type == READY), None)
+
+
+def on_node(snap: PodSnapshot, node: str) -> bool:
+    return snap.status.source is not None and snap.status.source.node_name == node
+
+
+def to_checkpoint(snap: PodSnapshot, node: str) -> bool:
+    return (
+        on_node(snap, node)
+        and snap.metadata.deletion_timestamp is None
+        and not condition_true(snap.status.conditions, FAILED)
+        and ready_reason(snap) == R.CHECKPOINT_PENDING
+    )
+
+
+def interrupted(snap: PodSnapshot, node: str) -> bool:
+    """Left Checkpointing by an agent that stopped mid-way: the engine left no artifact, but
+    the source may have been frozen or stopped, so it is not retried."""
+    return (
+        on_node(snap, node)
+        and snap.metadata.deletion_timestamp is None
+        and ready_reason(snap) == R.CHECKPOINTING
+    )
+
+
+def to_delete(snap: PodSnapshot, node: str) -> bool:
+    return on_node(snap, node) and snap.metadata.deletion_timestamp is not None
+
+
+def artifact_dir(store: Path, snap: PodSnapshot) -> Path:
+    # The uid keeps a re-created PodSnapshot of the same name from meeting the old artifact.
+    return store / snap.metadata.namespace / f"{snap.metadata.name}-{snap.metadata.uid[:8]}"
+
+
+def control_dir(kubelet_root: Path, pod_uid: str) -> Path:
+    """The host path of a pod's control volume (an emptyDir, as kubelet lays them out)."""
+    return kubelet_root / "pods" / pod_uid / "volumes" / "kubernetes.io~empty-dir" / CONTROL_VOLUME
+
+
+def container_id(pod: dict[str, Any], name: str) -> str | None:
+    """The runtime's id of a running container from the pod status ("containerd://<id>")."""
+    for s in (pod.get("status") or {}).get("containerStatuses") or []:
+        if s.get("name") == name and "running" in (s.get("state") or {}):
+            cid = s.get("containerID") or ""
+            return cid.split("://", 1)[-1] or None
+    return None
+
+
+def image_digest(pod: dict[str, Any], name: str) -> str | None:
+    for s in (pod.get("status") or {}).get("containerStatuses") or []:
+        if s.get("name") == name and "@" in (s.get("imageID") or ""):
+            return s["imageID"].rsplit("@", 1)[-1]
+    return None
+
+
+def checkpointing(snap: PodSnapshot) -> PodSnapshotStatus:
+    conds = set_condition(
+        snap.status.conditions, READY, ConditionStatus.FALSE, R.CHECKPOINTING, "dumping"
+    )
+    return snap.status.model_copy(update={"conditions": conds})
+
+
+def captured(
+    snap: PodSnapshot, manifest: Manifest, uri: str, digest: str, seconds: float
+) -> PodSnapshotStatus:
+    c = manifest.compat
+    conds = set_condition(
+        snap.status.conditions, READY, ConditionStatus.TRUE, R.CAPTURED,
+        f"{manifest.size_bytes / 1e9:.2f} GB in {seconds:.1f}s",
+    )  # fmt: skip
+    node = snap.status.source.node_name if snap.status.source else ""
+    return PodSnapshotStatus(
+        conditions=conds,
+        artifact=ArtifactRef(uri=uri, manifest_digest=digest, size_bytes=manifest.size_bytes),
+        checkpoint_seconds=round(seconds, 3),
+        source=SourceInfo(
+            node_name=node, arch=c.arch, kernel_version=c.kernel, image_digest=c.image_digest,
+            criu_version=c.criu_version, driver_version=c.driver_version,
+            cuda_driver_version=str(c.cuda_driver_version) if c.cuda_driver_version else None,
+            gpus=[GpuInfo(uuid=g.uuid, product=g.product, memoryMiB=g.memory_mib)
+                  for g in c.gpus],
+        ),
+    )  # fmt: skip
+
+
+def failed(snap: PodSnapshot, reason: str, message: str) -> PodSnapshotStatus:
+    conds = set_condition(snap.status.conditions, READY, ConditionStatus.FALSE, reason, message)
+    conds = set_condition(conds, FAILED, ConditionStatus.TRUE, reason, message)
+    return snap.status.model_copy(update={"conditions": conds})
+
+
+@dataclass(frozen=True)
+class RestoredCondition:
+    status: str
+    reason: str
+    message: str
+
+    def to_api(self, now: str) -> dict[str, str]:
+        return {"type": RESTORED_CONDITION, "status": self.status, "reason": self.reason,
+                "message": self.message, "lastTransitionTime": now}  # fmt: skip
+
+
+REASONS = {
+    RestoreOutcome.RESTORED: ("True", "RestoreSucceeded"),
+    RestoreOutcome.FELL_BACK: ("False", "FellBackToColdStart"),
+    RestoreOutcome.FAILED: ("False", "RestoreFailed"),
+}
+
+
+def restored_condition(report: RestoreReport) -> RestoredCondition:
+    status, reason = REASONS[report.outcome]
+    timings = ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items())
+    parts = [p for p in (report.reason, f"phase {report.failed_phase}" if report.failed_phase
+                         else None, timings) if p]  # fmt: skip
+    return RestoredCondition(status, reason, "; ".join(parts) or report.outcome.value)
+
+
+def needs_restore_report(pod: dict[str, Any], node: str) -> bool:
+    """A restore pod on this node whose outcome is not reported yet."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if spec.get("nodeName") != node or ARTIFACT not in (meta.get("annotations") or {}):
+        return False
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return not any(c.get("type") == RESTORED_CONDITION for c in conds)

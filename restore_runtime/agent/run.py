@@ -1,0 +1,163 @@
+"""The agent's I/O loop. Each pass, for its node:
+- PodSnapshots handed to it (Ready=False/CheckpointPending): checkpoint the source container
+  through runc with the engine, into the artifact store; write Ready or Failed.
+- PodSnapshots being deleted: delete the artifact, then drop the finalizer.
+- restore pods: read the shim's restore report from the pod's control volume; set the pod
+  condition nvidia.com/Restored and record an Event with the phase timings.
+
+Checkpoints run one at a time (each can hold all the node's disk bandwidth and, for a GPU
+workload, briefly GPU memory), in a thread, so the loop keeps answering."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from .. import kube
+from ..contracts.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
+from ..contracts.handshake import RESTORE_REPORT
+from ..contracts.report import RestoreReport
+from ..errors import SnapshotError
+from ..executor.checkpoint import CheckpointRequest, checkpoint
+from ..executor.runners import RuncContainer
+from ..kube import ApiException
+from . import decisions as d
+
+log = logging.getLogger("snapshot.agent")
+COMPONENT = "snapshot-agent"
+
+
+@dataclass
+class AgentConfig:
+    node: str
+    store: Path  # the artifact store, at the same path on every node (hostPath or shared mount)
+    kubelet_root: Path = Path("/var/lib/kubelet")
+    runc_root: Path = Path("/run/containerd/runc/k8s.io")
+    handshake_timeout_s: float = 300.0
+
+
+class Agent:
+    def __init__(self, api: client.ApiClient, cfg: AgentConfig) -> None:
+        self.api, self.cfg = api, cfg
+        self.core = client.CoreV1Api(api)
+        self.snapshots = kube.pod_snapshots(api)
+
+    async def run(self, interval: float, stop: asyncio.Event) -> None:
+        log.info("agent for node %s, artifact store %s", self.cfg.node, self.cfg.store)
+        while not stop.is_set():
+            try:
+                await self.pass_once()
+            except (ApiException, OSError) as e:
+                log.warning("pass failed, retrying in %gs: %s", interval, e)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+
+    async def pass_once(self) -> None:
+        for snap in await self.snapshots.list():
+            try:
+                if d.interrupted(snap, self.cfg.node):
+                    await self._fail(snap, "the agent restarted during the checkpoint")
+                elif d.to_checkpoint(snap, self.cfg.node):
+                    await self.checkpoint(snap)
+                elif d.to_delete(snap, self.cfg.node):
+                    await self.delete_artifact(snap)
+            except ApiException as e:
+                log.warning("PodSnapshot %s/%s: HTTP %s %s", snap.metadata.namespace,
+                            snap.metadata.name, e.status, e.reason)  # fmt: skip
+        await self.report_restores()
+
+    async def checkpoint(self, snap: PodSnapshot) -> None:
+        ns, name = snap.metadata.namespace, snap.spec.source.pod_ref.name
+        try:
+            pod = self.api.sanitize_for_serialization(await self.core.read_namespaced_pod(name, ns))
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return await self._fail(snap, f"source pod {name} no longer exists")
+        cid = d.container_id(pod, snap.container or "")
+        if cid is None:
+            return await self._fail(snap, f"container {snap.container!r} of {name} is not running")
+        await self.snapshots.patch_status(snap, d.checkpointing(snap))
+        control = d.control_dir(self.cfg.kubelet_root, pod["metadata"]["uid"])
+        out = d.artifact_dir(self.cfg.store, snap)
+        req = CheckpointRequest(
+            output=out,
+            runc_container=RuncContainer(self.cfg.runc_root, cid),
+            leave_running=snap.spec.keep_source_running,
+            control_dir=control if control.is_dir() else None,
+            handshake_timeout_s=self.cfg.handshake_timeout_s,
+            pod=name, namespace=ns, container=snap.container,
+            image_digest=d.image_digest(pod, snap.container or ""),
+        )  # fmt: skip
+        log.info("checkpointing %s/%s (container %s) into %s", ns, name, cid[:12], out)
+        t0 = time.monotonic()
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            result = await asyncio.to_thread(checkpoint, req)
+        except (SnapshotError, OSError) as e:
+            log.error("checkpoint of %s/%s failed: %s", ns, name, e)
+            return await self._fail(snap, str(e))
+        seconds = time.monotonic() - t0
+        status = d.captured(snap, result.manifest, f"file://{result.path}", result.digest, seconds)
+        await self.snapshots.patch_status(snap, status)
+        msg = f"{result.manifest.size_bytes / 1e9:.2f} GB in {seconds:.1f}s: " + ", ".join(
+            f"{k} {v:.2f}s" for k, v in result.manifest.timings.items()
+        )
+        await self._event(snap.to_api(), "Normal", PodSnapshotReasons.CAPTURED, msg)
+
+    async def _fail(self, snap: PodSnapshot, message: str) -> None:
+        reason = PodSnapshotReasons.CHECKPOINT_FAILED
+        await self.snapshots.patch_status(snap, d.failed(snap, reason, message))
+        await self._event(snap.to_api(), "Warning", reason, message)
+
+    async def delete_artifact(self, snap: PodSnapshot) -> None:
+        path = d.artifact_dir(self.cfg.store, snap)
+        if path.exists():
+            await asyncio.to_thread(shutil.rmtree, path)
+            log.info("deleted artifact %s of PodSnapshot %s/%s", path, snap.metadata.namespace,
+                     snap.metadata.name)  # fmt: skip
+        rest = [f for f in snap.metadata.finalizers if f != ARTIFACT_FINALIZER]
+        if rest != snap.metadata.finalizers:
+            await self.snapshots.set_finalizers(snap, rest)
+
+    async def report_restores(self) -> None:
+        pods = await self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self.cfg.node}"
+        )
+        for pod in self.api.sanitize_for_serialization(pods)["items"]:
+            if not d.needs_restore_report(pod, self.cfg.node):
+                continue
+            path = d.control_dir(self.cfg.kubelet_root, pod["metadata"]["uid"]) / RESTORE_REPORT
+            try:
+                report = RestoreReport.model_validate_json(path.read_bytes())
+            except FileNotFoundError:
+                continue  # not started yet
+            except ValueError as e:
+                log.warning("unreadable restore report %s: %s", path, e)
+                continue
+            await self.report(pod, report)
+
+    async def report(self, pod: dict[str, Any], report: RestoreReport) -> None:
+        cond = d.restored_condition(report)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta = pod["metadata"]
+        # A strategic merge patch merges conditions by type and leaves the kubelet's alone.
+        await self.core.patch_namespaced_pod_status(
+            meta["name"], meta["namespace"], {"status": {"conditions": [cond.to_api(now)]}}
+        )
+        type_ = "Normal" if cond.status == "True" else "Warning"
+        await self._event({"apiVersion": "v1", "kind": "Pod", "metadata": meta}, type_,
+                          cond.reason, cond.message)  # fmt: skip
+        log.info("pod %s/%s: %s (%s)", meta["namespace"], meta["name"], cond.reason, cond.message)
+
+    async def _event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        await kube.emit_event(self.api, obj, type_, reason, message, COMPONENT)

@@ -1,0 +1,29 @@
+"""Pod spec edits shared by the webhook (restore pods) and the controller (SnapshotJob source
+pods): both give one container the control directory of the workload handshake."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .contracts.handshake import CONTROL_DIR_ENV, DEFAULT_CONTROL_DIR
+
+CONTROL_VOLUME = "snapshot-control"
+
+
+def add_control_dir(spec: dict[str, Any], container_name: str) -> str:
+    """Adds (idempotently) the emptyDir control volume, mounted in container_name at
+    $SNAPSHOT_CONTROL_DIR, and returns that path. A path the user already set in the
+    container's env is kept."""
+    volumes = spec.setdefault("volumes", [])
+    if not any(v.get("name") == CONTROL_VOLUME for v in volumes):
+        volumes.append({"name": CONTROL_VOLUME, "emptyDir": {}})
+    container = next(c for c in spec["containers"] if c.get("name") == container_name)
+    env = container.setdefault("env", [])
+    control_dir = next((e.get("value") for e in env if e.get("name") == CONTROL_DIR_ENV), None)
+    if control_dir is None:
+        control_dir = DEFAULT_CONTROL_DIR
+        env.append({"name": CONTROL_DIR_ENV, "value": control_dir})
+    mounts = container.setdefault("volumeMounts", [])
+    if not any(m.get("mountPath") == control_dir for m in mounts):
+        mounts.append({"name": CONTROL_VOLUME, "mountPath": control_dir})
+    return control_dir

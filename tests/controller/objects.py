@@ -1,0 +1,48 @@
+"""Kubernetes objects as the API server returns them, for the reconciler tests."""
+
+from __future__ import annotations
+
+from restore_runtime.contracts.crd import PodSnapshot, SnapshotJob
+
+
+def pod(name="src", phase="Running", node="node-a", running=True, ready=True, uid="uid-1"):
+    state = {"running": {"startedAt": "2026-12-02T10:00:00Z"}} if running else {"waiting": {}}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "uid": uid},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "img:1"}]},
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [{"name": "main", "state": state,
+                                   "containerID": "containerd://abc123",
+                                   "imageID": "img@sha256:" + "e" * 64}],
+        },
+    }  # fmt: skip
+
+
+def snapshot(conditions=(), node="", finalizers=("snapshot.nvidia.com/artifact",), deleting=False,
+             uid=None, container="main", keep=False):  # fmt: skip
+    meta = {"name": "snap", "namespace": "ns", "uid": "0123456789ab", "resourceVersion": "7",
+            "finalizers": list(finalizers)}  # fmt: skip
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-02T11:00:00Z"
+    status = {"conditions": [dict(type=t, status=s, reason=r) for t, s, r in conditions]}
+    if node:
+        status["source"] = {"nodeName": node}
+    return PodSnapshot.model_validate({
+        "metadata": meta,
+        "spec": {"source": {"podRef": {"name": "src", "uid": uid}, "containers": [container]},
+                 "keepSourceRunning": keep},
+        "status": status,
+    })  # fmt: skip
+
+
+def job(status=None, deadline=3600):
+    return SnapshotJob.model_validate({
+        "metadata": {"name": "warm", "namespace": "ns", "uid": "job-uid"},
+        "spec": {"podTemplate": {"metadata": {"labels": {"app": "llm"}},
+                                 "spec": {"containers": [{"name": "main", "image": "img:1"}]}},
+                 "activeDeadlineSeconds": deadline},
+        "status": status or {},
+    })  # fmt: skip

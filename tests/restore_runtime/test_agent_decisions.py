@@ -1,0 +1,114 @@
+"""The node agent's pure decisions: which PodSnapshots are its work, the statuses it writes, and
+the pod condition that reports a restore."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from restore_runtime.agent import decisions as d
+from restore_runtime.contracts.annotations import ARTIFACT, RESTORED_CONDITION, RestoreOutcome
+from restore_runtime.contracts.crd import PodSnapshotReasons as R
+from restore_runtime.contracts.manifest import Compat, FileEntry, Manifest, Source
+from restore_runtime.contracts.report import RestoreReport
+from tests.controller.objects import pod, snapshot
+
+PENDING = [("Ready", "False", R.CHECKPOINT_PENDING)]
+
+
+@pytest.mark.parametrize(
+    "snap, node, work",
+    [
+        (snapshot(PENDING, node="node-a"), "node-a", True),
+        (snapshot(PENDING, node="node-b"), "node-a", False),
+        (snapshot(PENDING), "node-a", False),
+        (snapshot(PENDING, node="node-a", deleting=True), "node-a", False),
+        (snapshot([("Ready", "False", R.CHECKPOINTING)], node="node-a"), "node-a", False),
+        (snapshot([("Ready", "True", R.CAPTURED)], node="node-a"), "node-a", False),
+        (snapshot([*PENDING, ("Failed", "True", "X")], node="node-a"), "node-a", False),
+    ],
+)
+def test_to_checkpoint(snap, node, work):
+    assert d.to_checkpoint(snap, node) is work
+
+
+def test_interrupted_and_to_delete():
+    busy = snapshot([("Ready", "False", R.CHECKPOINTING)], node="node-a")
+    assert d.interrupted(busy, "node-a") and not d.interrupted(busy, "node-b")
+    assert d.to_delete(snapshot(node="node-a", deleting=True), "node-a")
+    assert not d.to_delete(snapshot(node="node-a"), "node-a")
+
+
+def test_paths():
+    snap = snapshot()
+    assert d.artifact_dir(Path("/store"), snap) == Path("/store/ns/snap-01234567")
+    assert d.control_dir(Path("/var/lib/kubelet"), "u-1") == Path(
+        "/var/lib/kubelet/pods/u-1/volumes/kubernetes.io~empty-dir/snapshot-control"
+    )
+
+
+def test_container_id_and_image_digest():
+    p = pod()
+    assert d.container_id(p, "main") == "abc123"
+    assert d.container_id(pod(running=False), "main") is None
+    assert d.container_id(p, "other") is None
+    assert d.image_digest(p, "main") == "sha256:" + "e" * 64
+
+
+def test_captured_status_carries_the_manifest():
+    m = Manifest(
+        source=Source(pid=1, hostname="h"),
+        compat=Compat(arch="x86_64", kernel="6.1", criuVersion="4.2.1", driverVersion="570.1",
+                      cudaDriverVersion=12080,
+                      gpus=[{"uuid": "GPU-1", "product": "NVIDIA H200", "memoryMiB": 143771}]),
+        files=[FileEntry(path="criu/pages-1.img", size=3_000_000_000, sha256="0" * 64)],
+    )  # fmt: skip
+    snap = snapshot([("Ready", "False", R.CHECKPOINTING)], node="node-a")
+    st = d.captured(snap, m, "file:///store/x", "sha256:" + "1" * 64, 9.81)
+    ready = next(c for c in st.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("True", R.CAPTURED)
+    assert st.artifact.size_bytes == 3_000_000_000 and st.checkpoint_seconds == 9.81
+    assert st.source.node_name == "node-a" and st.source.cuda_driver_version == "12080"
+    assert st.source.gpus[0].product == "NVIDIA H200" and st.source.gpus[0].memory_mi_b == 143771
+    api = st.to_api()
+    assert api["artifact"]["manifestDigest"].startswith("sha256:")
+    assert api["source"]["gpus"][0]["memoryMiB"] == 143771
+
+
+def test_failed_status():
+    st = d.failed(snapshot(PENDING, node="node-a"), R.CHECKPOINT_FAILED, "disk full")
+    conds = {c.type: (c.status, c.reason, c.message) for c in st.conditions}
+    assert conds["Failed"] == ("True", R.CHECKPOINT_FAILED, "disk full")
+    assert conds["Ready"][0] == "False"
+
+
+@pytest.mark.parametrize(
+    "outcome, status, reason",
+    [
+        (RestoreOutcome.RESTORED, "True", "RestoreSucceeded"),
+        (RestoreOutcome.FELL_BACK, "False", "FellBackToColdStart"),
+        (RestoreOutcome.FAILED, "False", "RestoreFailed"),
+    ],
+)
+def test_restored_condition(outcome, status, reason):
+    report = RestoreReport(outcome=outcome, artifact="/a", reason="digest mismatch" if
+                           outcome != RestoreOutcome.RESTORED else None,
+                           failedPhase="verify" if outcome != RestoreOutcome.RESTORED else None,
+                           timings={"criu": 1.234, "cuda": 0.5})  # fmt: skip
+    c = d.restored_condition(report)
+    assert (c.status, c.reason) == (status, reason)
+    assert "criu 1.23s" in c.message and "cuda 0.50s" in c.message
+    if outcome != RestoreOutcome.RESTORED:
+        assert c.message.startswith("digest mismatch; phase verify")
+    assert c.to_api("now")["type"] == RESTORED_CONDITION
+
+
+def test_needs_restore_report():
+    p = pod()
+    assert not d.needs_restore_report(p, "node-a")  # not a restore pod
+    p["metadata"]["annotations"] = {ARTIFACT: "file:///a"}
+    assert d.needs_restore_report(p, "node-a")
+    assert not d.needs_restore_report(p, "node-b")
+    p["status"]["conditions"].append({"type": RESTORED_CONDITION, "status": "True"})
+    assert not d.needs_restore_report(p, "node-a")
