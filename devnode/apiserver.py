@@ -98,6 +98,13 @@ class ControlPlane:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"CRD {name} not Established after 30s")
                     time.sleep(0.2)
+                # Established comes before the storage serves: lists answer 429 for a moment.
+                plural, group = name.split(".", 1)
+                version = crd["spec"]["versions"][0]["name"]
+                while c.get(f"/apis/{group}/{version}/{plural}").status_code != 200:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"CRD {name} not served after 30s")
+                    time.sleep(0.2)
         return names
 
 

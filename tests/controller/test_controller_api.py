@@ -1,0 +1,220 @@
+"""The controller against a real kube-apiserver + etcd: it reads and writes real objects and
+the assertions are what the API server stores.
+
+Nothing runs pods here (no kubelet, no scheduler), so the tests play those parts through the
+API exactly as they would: binding a pod to a node through pods/binding, and writing the pod
+status through pods/status. Those are stand-ins for a kubelet, not for the code under test."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from controller.loop import Controller
+from restore_runtime import kube
+from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, JOB_LABEL
+
+pytestmark = pytest.mark.slow
+GROUP = "/apis/nvidia.com/v1alpha1"
+MAIN = [{"name": "main", "image": "img:1"}]
+
+
+@pytest.fixture
+def ns(control_plane):
+    name = f"ctl-{uuid.uuid4().hex[:6]}"
+    with control_plane.client() as c:
+        assert c.post("/api/v1/namespaces", json={"metadata": {"name": name}}).status_code == 201
+    return name
+
+
+@pytest.fixture
+async def controller(control_plane):
+    async with await kube.api_client(str(control_plane.kubeconfig)) as api:
+        yield Controller(api)
+
+
+def kubelet_runs(c, ns: str, pod: str, node: str = "node-a", ready: bool = True) -> None:
+    """What the scheduler and the kubelet would write for a pod that started."""
+    r = c.post(f"/api/v1/namespaces/{ns}/pods/{pod}/binding", json={
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node}})  # fmt: skip
+    assert r.status_code == 201, r.text
+    status = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        "containerStatuses": [{
+            "name": "main", "ready": ready, "restartCount": 0, "image": "img:1",
+            "imageID": "img@sha256:" + "e" * 64, "containerID": "containerd://abc",
+            "state": {"running": {"startedAt": "2026-12-02T10:00:00Z"}}}],
+    }  # fmt: skip
+    r = c.patch(f"/api/v1/namespaces/{ns}/pods/{pod}/status", json={"status": status},
+                headers={"Content-Type": "application/strategic-merge-patch+json"})  # fmt: skip
+    assert r.status_code == 200, r.text
+
+
+def create(c, ns: str, plural: str, body: dict) -> dict:
+    r = c.post(f"{GROUP}/namespaces/{ns}/{plural}", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def snapshot_body(name: str, pod: str = "src") -> dict:
+    return {"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot", "metadata": {"name": name},
+            "spec": {"source": {"podRef": {"name": pod}, "containers": ["main"]}}}  # fmt: skip
+
+
+def conditions(obj: dict) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c.get("reason", "")) for c in
+            obj.get("status", {}).get("conditions", [])}  # fmt: skip
+
+
+async def test_pod_snapshot_is_handed_to_the_source_node(control_plane, controller, ns):
+    with control_plane.client() as c:
+        body = {"metadata": {"name": "src"}, "spec": {"containers": MAIN}}
+        r = c.post(f"/api/v1/namespaces/{ns}/pods", json=body)
+        assert r.status_code == 201
+        kubelet_runs(c, ns, "src")
+        create(c, ns, "podsnapshots", snapshot_body("snap"))
+        await controller.reconcile_all()  # adds the finalizer
+        await controller.reconcile_all()
+        snap = c.get(f"{GROUP}/namespaces/{ns}/podsnapshots/snap").json()
+        events = c.get(f"/api/v1/namespaces/{ns}/events").json()["items"]
+    assert ARTIFACT_FINALIZER in snap["metadata"]["finalizers"]
+    assert conditions(snap)["Ready"] == ("False", "CheckpointPending")
+    assert snap["status"]["source"]["nodeName"] == "node-a"
+    assert any(e["reason"] == "CheckpointPending" and e["involvedObject"]["name"] == "snap"
+               for e in events)  # fmt: skip
+
+
+async def test_missing_source_fails_and_deletion_is_not_blocked(control_plane, controller, ns):
+    with control_plane.client() as c:
+        create(c, ns, "podsnapshots", snapshot_body("orphan", pod="nope"))
+        await controller.reconcile_all()
+        await controller.reconcile_all()
+        snap = c.get(f"{GROUP}/namespaces/{ns}/podsnapshots/orphan").json()
+        assert conditions(snap)["Failed"] == ("True", "InvalidSource")
+        assert "source pod nope not found" in str(snap["status"]["conditions"])
+        # no node ever took it, so the controller itself lets it go
+        assert c.delete(f"{GROUP}/namespaces/{ns}/podsnapshots/orphan").status_code == 200
+        await controller.reconcile_all()
+        assert c.get(f"{GROUP}/namespaces/{ns}/podsnapshots/orphan").status_code == 404
+
+
+async def test_snapshot_job_runs_the_whole_flow(control_plane, controller, ns):
+    job = {"apiVersion": "nvidia.com/v1alpha1", "kind": "SnapshotJob", "metadata": {"name": "warm"},
+           "spec": {"podTemplate": {"metadata": {"labels": {"app": "llm"}},
+                                    "spec": {"containers": MAIN}}}}  # fmt: skip
+    with control_plane.client() as c:
+        stored = create(c, ns, "snapshotjobs", job)
+        # the CRD's defaults were applied by the API server
+        assert stored["spec"]["activeDeadlineSeconds"] == 3600
+        assert stored["spec"]["podSnapshotTemplate"]["targetContainers"] == ["main"]
+
+        await controller.reconcile_all()
+        pod = c.get(f"/api/v1/namespaces/{ns}/pods/warm-source").json()
+        assert pod["metadata"]["labels"] == {"app": "llm", JOB_LABEL: "warm"}
+        assert pod["metadata"]["ownerReferences"][0]["kind"] == "SnapshotJob"
+        assert {"name": "snapshot-control", "emptyDir": {}} in pod["spec"]["volumes"]
+        j = c.get(f"{GROUP}/namespaces/{ns}/snapshotjobs/warm").json()
+        assert conditions(j)["Running"] == ("True", "Started") and j["status"]["startedAt"]
+
+        kubelet_runs(c, ns, "warm-source", ready=False)
+        await controller.reconcile_all()
+        assert c.get(f"{GROUP}/namespaces/{ns}/podsnapshots/warm").status_code == 404
+
+        kubelet_runs_ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+        c.patch(f"/api/v1/namespaces/{ns}/pods/warm-source/status", json=kubelet_runs_ready,
+                headers={"Content-Type": "application/strategic-merge-patch+json"})  # fmt: skip
+        await controller.reconcile_all()  # creates the PodSnapshot
+        await controller.reconcile_all()  # hands it to node-a
+        snap = c.get(f"{GROUP}/namespaces/{ns}/podsnapshots/warm").json()
+        assert snap["spec"]["source"]["podRef"]["uid"] == pod["metadata"]["uid"]
+        assert conditions(snap)["Ready"] == ("False", "CheckpointPending")
+
+        # the node agent's part: the checkpoint succeeded
+        status = {"conditions": [{"type": "Ready", "status": "True", "reason": "Captured",
+                                  "lastTransitionTime": "2026-12-02T12:00:00Z"}],
+                  "artifact": {"uri": "file:///store/x", "manifestDigest": "sha256:" + "a" * 64,
+                               "sizeBytes": 10},
+                  "source": {"nodeName": "node-a"}}  # fmt: skip
+        r = c.patch(f"{GROUP}/namespaces/{ns}/podsnapshots/warm/status", json={"status": status},
+                    headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+        assert r.status_code == 200, r.text
+        await controller.reconcile_all()
+        j = c.get(f"{GROUP}/namespaces/{ns}/snapshotjobs/warm").json()
+        assert conditions(j)["Completed"] == ("True", "Completed")
+        assert conditions(j)["Captured"][0] == "True" and j["status"]["podSnapshotName"] == "warm"
+        src = c.get(f"/api/v1/namespaces/{ns}/pods/warm-source")
+        # a bound pod waits for its kubelet to confirm the deletion
+        assert src.status_code == 404 or src.json()["metadata"].get("deletionTimestamp")
+
+
+async def test_snapshot_job_deadline(control_plane, controller, ns):
+    job = {"apiVersion": "nvidia.com/v1alpha1", "kind": "SnapshotJob", "metadata": {"name": "slow"},
+           "spec": {"activeDeadlineSeconds": 1, "podTemplate": {
+               "spec": {"containers": [{"name": "main", "image": "img:1"}]}}}}  # fmt: skip
+    with control_plane.client() as c:
+        create(c, ns, "snapshotjobs", job)
+        await controller.reconcile_all()
+        import asyncio
+
+        await asyncio.sleep(2.1)
+        await controller.reconcile_all()
+        j = c.get(f"{GROUP}/namespaces/{ns}/snapshotjobs/slow").json()
+    assert conditions(j)["Failed"] == ("True", "DeadlineExceeded")
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ({"spec": {"source": {"podRef": {"name": "a"}, "containers": ["x", "y"]}}},
+         "at most 1 item"),
+        ({"spec": {"source": {"podRef": {"name": "a"}, "containers": []}}},
+         "at least 1 item"),
+        ({"spec": {"source": {"containers": ["x"]}}}, "podRef: Required value"),
+        ({}, "spec: Required value"),
+    ],
+)  # fmt: skip
+def test_invalid_pod_snapshots_are_rejected(control_plane, ns, body, fragment):
+    with control_plane.client() as c:
+        r = c.post(f"{GROUP}/namespaces/{ns}/podsnapshots", json={
+            "apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
+            "metadata": {"name": "bad"}, **body})  # fmt: skip
+    assert r.status_code == 422 and fragment in r.json()["message"], r.text
+
+
+def test_pod_snapshot_spec_is_immutable(control_plane, ns):
+    with control_plane.client() as c:
+        create(c, ns, "podsnapshots", snapshot_body("fixed"))
+        r = c.patch(f"{GROUP}/namespaces/{ns}/podsnapshots/fixed",
+                    json={"spec": {"keepSourceRunning": True}},
+                    headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+    assert r.status_code == 422 and "spec is immutable" in r.json()["message"]
+
+
+def test_invalid_status_is_rejected(control_plane, ns):
+    with control_plane.client() as c:
+        create(c, ns, "podsnapshots", snapshot_body("st"))
+        r = c.patch(f"{GROUP}/namespaces/{ns}/podsnapshots/st/status",
+                    json={"status": {"artifact": {"uri": "x", "manifestDigest": "md5:1"}}},
+                    headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+    assert r.status_code == 422 and "manifestDigest" in r.json()["message"]
+
+
+def test_snapshot_job_target_must_name_a_template_container(control_plane, ns):
+    with control_plane.client() as c:
+        r = c.post(f"{GROUP}/namespaces/{ns}/snapshotjobs", json={
+            "apiVersion": "nvidia.com/v1alpha1", "kind": "SnapshotJob", "metadata": {"name": "j"},
+            "spec": {"podTemplate": {"spec": {"containers": [{"name": "app"}]}}}})  # fmt: skip
+    assert r.status_code == 422
+    assert "targetContainers must name a container" in r.json()["message"]
+
+
+def test_printer_columns(control_plane, ns):
+    with control_plane.client() as c:
+        create(c, ns, "podsnapshots", snapshot_body("cols"))
+        r = c.get(f"{GROUP}/namespaces/{ns}/podsnapshots",
+                  headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})  # fmt: skip
+    cols = [col["name"] for col in r.json()["columnDefinitions"]]
+    assert cols == ["Name", "Ready", "Node", "Size", "Age"]
