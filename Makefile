@@ -10,9 +10,11 @@ STAMP := $(VENV)/.installed
 
 setup: system venv tools
 
-# crictl and critest, built from the cri-tools Go module into a cache outside the repo
+# crictl, critest, kube-apiserver and helm: test tools built from their Go modules into a
+# cache outside the repo (a second run finds them)
 tools:
 	@bash tools/build-cri-tools.sh
+	@bash tools/build-kube-tools.sh
 
 system:
 	@bash scripts/setup-system.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver from the k8s.io/kubernetes Go module pinned in tools/kube/go.mod into a
+# Builds kube-apiserver (and helm) from the k8s.io/kubernetes Go module pinned in tools/kube/go.mod into a
 # cache outside the repository (test tooling only: the control-plane tests run it with etcd on
 # loopback, as controller-runtime's envtest does). A second run finds it and does nothing.
 set -euo pipefail
@@ -11,8 +11,8 @@ KUBE_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2}' "$here/go
 BIN=${SNAPSHOT_TOOLS_BIN:-/var/cache/snapshot-tools/bin}
 mkdir -p "$BIN"
 if [[ -x "$BIN/kube-apiserver" ]] && "$BIN/kube-apiserver" --version | grep -qx "Kubernetes ${KUBE_VERSION}"; then
-  echo "kube-apiserver ${KUBE_VERSION} already in $BIN"; exit 0
-fi
+  echo "kube-apiserver ${KUBE_VERSION} already in $BIN"
+else
 minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
 v=k8s.io/component-base/version
 ldflags="-s -w -X $v.gitVersion=${KUBE_VERSION} -X $v.gitMajor=1 -X $v.gitMinor=${minor} -X $v.gitTreeState=clean"
@@ -21,3 +21,16 @@ echo "building kube-apiserver ${KUBE_VERSION} (several minutes on a small machin
   -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
 mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
 "$BIN/kube-apiserver" --version
+fi
+
+# helm, to lint and render the chart in tests (charts/snapshot).
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
+if [[ -x "$BIN/helm" ]] && "$BIN/helm" version --short | grep -q "^${HELM_VERSION}"; then
+  echo "helm ${HELM_VERSION} already in $BIN"
+else
+  echo "building helm ${HELM_VERSION}"
+  GOBIN="$BIN" CGO_ENABLED=0 GOFLAGS=-mod=mod go install -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}" \
+    "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+  "$BIN/helm" version --short
+fi

@@ -15,6 +15,7 @@ import jsonpatch
 import pytest
 import yaml
 
+from devnode import chart
 from restore_runtime.contracts import annotations as ann
 from tests.webhook.conftest import webhook_process
 
@@ -212,24 +213,17 @@ def test_unreachable_api_server_is_answered_within_the_timeout(cluster, tmp_path
 
 @pytest.fixture(scope="module")
 def registered(cluster, webhook):
-    cfg = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": "snapshot-webhook-test"},
-        "webhooks": [{
-            "name": "restore.snapshot.nvidia.com",
-            "admissionReviewVersions": ["v1"],
-            "sideEffects": "None",
-            "failurePolicy": "Fail",
-            "timeoutSeconds": 10,
-            "reinvocationPolicy": "IfNeeded",
-            "clientConfig": {"url": f"{webhook.url}/mutate",
-                             "caBundle": base64.b64encode(webhook.ca.read_bytes()).decode()},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                       "resources": ["pods"], "scope": "Namespaced"}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
-        }],
-    }  # fmt: skip
+    """The chart's MutatingWebhookConfiguration (rules, namespaceSelector, matchConditions,
+    failurePolicy), pointed at the local webhook by URL instead of through a Service."""
+    why = chart.missing()
+    if why:
+        pytest.skip(why)
+    (cfg,) = [o for o in chart.render() if o["kind"] == "MutatingWebhookConfiguration"]
+    cfg["metadata"] = {"name": "snapshot-webhook-test"}
+    cfg["webhooks"][0]["clientConfig"] = {
+        "url": f"{webhook.url}/mutate",
+        "caBundle": base64.b64encode(webhook.ca.read_bytes()).decode(),
+    }
     with cluster.client() as c:
         r = c.post("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", json=cfg)
         assert r.status_code == 201, r.text

@@ -1,0 +1,93 @@
+"""The Helm chart: it lints, renders, and every object it renders is accepted by a real
+kube-apiserver (server-side dry run, so nothing is left behind for other tests)."""
+
+from __future__ import annotations
+
+import pytest
+
+from devnode import chart
+
+pytestmark = pytest.mark.skipif(chart.missing() is not None, reason=chart.missing() or "")
+
+PLURALS = {
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "Service": "/api/v1/namespaces/{ns}/services",
+    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+    "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets",
+    "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "MutatingWebhookConfiguration":
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+    "RuntimeClass": "/apis/node.k8s.io/v1/runtimeclasses",
+}  # fmt: skip
+
+
+def by_kind(objs: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for o in objs:
+        out.setdefault(o["kind"], []).append(o)
+    return out
+
+
+def test_chart_lints():
+    p = chart.helm("lint", "--strict", str(chart.CHART), "--kube-version", chart.KUBE_VERSION)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_every_rendered_object_is_accepted_by_the_api_server(control_plane):
+    # its own RuntimeClass name: the webhook tests create "snapshot" in the same API server
+    objs = chart.render(set_values={"runtimeClass.name": "snapshot-chart-test"})
+    assert set(by_kind(objs)) == set(PLURALS)
+    with control_plane.client() as c:
+        c.post("/api/v1/namespaces", json={"metadata": {"name": "snapshot-system"}})
+        for o in objs:
+            path = PLURALS[o["kind"]].format(ns=o["metadata"].get("namespace", ""))
+            r = c.post(path, params={"dryRun": "All"}, json=o)
+            assert r.status_code == 201, f"{o['kind']} {o['metadata']['name']}: {r.text}"
+
+
+def test_defaults_wire_the_components_together():
+    k = by_kind(chart.render())
+    (mwc,) = k["MutatingWebhookConfiguration"]
+    (hook,) = mwc["webhooks"]
+    (svc,) = k["Service"]
+    assert hook["clientConfig"]["service"]["name"] == svc["metadata"]["name"]
+    assert hook["failurePolicy"] == "Ignore" and hook["rules"][0]["operations"] == ["CREATE"]
+    assert "snapshot-system" in hook["namespaceSelector"]["matchExpressions"][0]["values"]
+    webhook = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-webhook"))
+    args = webhook["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--patch-ca-bundle={mwc['metadata']['name']}" in args
+    assert "--runtime-class=snapshot" in args
+    (rc,) = k["RuntimeClass"]
+    assert (rc["metadata"]["name"], rc["handler"]) == ("snapshot", "snapshot")
+    (agent,) = k["DaemonSet"]
+    spec = agent["spec"]["template"]["spec"]
+    assert spec["hostPID"] and spec["containers"][0]["securityContext"]["privileged"]
+    assert spec["containers"][0]["command"] == ["snapshotctl", "agent"]
+    role = next(r for r in k["ClusterRole"] if r["metadata"]["name"].endswith("-webhook"))
+    assert role["rules"][1]["resourceNames"] == [mwc["metadata"]["name"]]
+
+
+def test_existing_tls_secret_instead_of_self_signed():
+    k = by_kind(chart.render(set_values={"webhook.tls.selfSigned": "false",
+                                         "webhook.tls.secretName": "webhook-tls",
+                                         "webhook.tls.caBundle": "Q0E="}))  # fmt: skip
+    webhook = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-webhook"))
+    pod = webhook["spec"]["template"]["spec"]
+    assert "--tls-cert=/tls/tls.crt" in pod["containers"][0]["args"]
+    assert not any(a.startswith("--patch-ca-bundle") for a in pod["containers"][0]["args"])
+    assert pod["volumes"][0]["secret"]["secretName"] == "webhook-tls"
+    assert k["MutatingWebhookConfiguration"][0]["webhooks"][0]["clientConfig"]["caBundle"] == "Q0E="
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"webhook.tls.selfSigned": "false"}, "set selfSigned=true or name a TLS secret"),
+        ({"webhook.lookupTimeoutSeconds": "10"}, "lookupTimeoutSeconds must be below"),
+    ],
+)
+def test_bad_values_fail_with_a_message(values, message):
+    with pytest.raises(chart.RenderError, match=message):
+        chart.render(set_values=values)
