@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from tests.shim.conftest import requires_containerd
+from tests.conftest import requires_containerd
 
 pytestmark = [requires_containerd, pytest.mark.root]
 

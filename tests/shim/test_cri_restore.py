@@ -22,8 +22,8 @@ import pytest
 from devnode import workloads
 from devnode.cri import TOOLS_BIN, Crictl
 from restore_runtime.contracts.handshake import RESTORE_REPORT
+from tests.conftest import requires_containerd
 from tests.helpers import ask, snapshotctl
-from tests.shim.conftest import requires_containerd
 
 pytestmark = [
     requires_containerd,

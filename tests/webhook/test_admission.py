@@ -15,9 +15,8 @@ import jsonpatch
 import pytest
 import yaml
 
-from devnode import chart
 from restore_runtime.contracts import annotations as ann
-from tests.webhook.conftest import webhook_process
+from tests.webhook.conftest import chart_webhook_registered, webhook_process
 
 pytestmark = pytest.mark.slow
 NS = "webhook-test"
@@ -213,25 +212,8 @@ def test_unreachable_api_server_is_answered_within_the_timeout(cluster, tmp_path
 
 @pytest.fixture(scope="module")
 def registered(cluster, webhook):
-    """The chart's MutatingWebhookConfiguration (rules, namespaceSelector, matchConditions,
-    failurePolicy), pointed at the local webhook by URL instead of through a Service."""
-    why = chart.missing()
-    if why:
-        pytest.skip(why)
-    (cfg,) = [o for o in chart.render() if o["kind"] == "MutatingWebhookConfiguration"]
-    cfg["metadata"] = {"name": "snapshot-webhook-test"}
-    cfg["webhooks"][0]["clientConfig"] = {
-        "url": f"{webhook.url}/mutate",
-        "caBundle": base64.b64encode(webhook.ca.read_bytes()).decode(),
-    }
-    with cluster.client() as c:
-        r = c.post("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", json=cfg)
-        assert r.status_code == 201, r.text
-    time.sleep(1)  # the API server picks up webhook configurations asynchronously
-    yield cluster
-    with cluster.client() as c:
-        c.delete("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
-                 "snapshot-webhook-test")  # fmt: skip
+    with chart_webhook_registered(cluster, webhook, "snapshot-webhook-test"):
+        yield cluster
 
 
 def create_pod(cp, body: dict):

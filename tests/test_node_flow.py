@@ -1,0 +1,178 @@
+"""The whole Kubernetes flow on one node: PodSnapshot -> controller -> node agent checkpoint ->
+webhook-admitted restore pod -> shim restore -> agent reports `nvidia.com/Restored` -> deleting
+the PodSnapshot deletes its artifact.
+
+Every component is real: kube-apiserver + etcd, the controller, the agent, the webhook process
+registered through the chart's configuration, containerd's CRI plugin with CNI networking,
+runc, CRIU and our shim. Except the kubelet, which does not run here. The test does its part
+the way the kubelet does: it binds API pods to the node, starts them through CRI (crictl with
+the pod's runtime class and annotations, and the control volume at the kubelet's emptyDir
+path), and writes the pod status back through pods/status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from controller.loop import Controller
+from devnode import workloads
+from devnode.cri import TOOLS_BIN, Crictl
+from restore_runtime import kube
+from restore_runtime.agent import decisions
+from restore_runtime.agent.run import Agent, AgentConfig
+from restore_runtime.contracts import annotations as ann
+from restore_runtime.contracts.handshake import DEFAULT_CONTROL_DIR
+from tests.conftest import requires_containerd
+from tests.helpers import ask
+from tests.webhook.conftest import chart_webhook_registered, webhook_process
+
+pytestmark = [
+    requires_containerd,
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(not (TOOLS_BIN / "crictl").exists(), reason="crictl not built (make tools)"),
+]
+
+NODE = "node-e2e"
+NS = "flow"
+IMAGE = "localhost/snapshot/busybox:1"
+PORT = 8080
+COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)
+SNAPS = f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/podsnapshots"
+
+
+class Kubelet:
+    """The kubelet's part, done through the same APIs it uses (see the module docstring)."""
+
+    def __init__(self, api, crictl: Crictl, root) -> None:
+        self.api, self.crictl, self.root = api, crictl, root
+        self.sandboxes: list[str] = []
+
+    def start(self, pod: dict) -> tuple[str, str]:
+        """Runs an API pod through CRI; returns (sandbox id, container id)."""
+        name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+        r = self.api.post(f"/api/v1/namespaces/{NS}/pods/{name}/binding", json={
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}})  # fmt: skip
+        assert r.status_code == 201, r.text
+        handler = "runc"
+        if rc := pod["spec"].get("runtimeClassName"):
+            handler = self.api.get(f"/apis/node.k8s.io/v1/runtimeclasses/{rc}").json()["handler"]
+        control = decisions.control_dir(self.root, uid)
+        control.mkdir(parents=True)
+        sandbox, cfg = self.crictl.run_pod(f"{name}-{uid[:5]}", handler,
+                                           pod["metadata"].get("annotations") or {})  # fmt: skip
+        self.sandboxes.append(sandbox)
+        mounts = (*workloads.mounts(), (str(control), DEFAULT_CONTROL_DIR, False))
+        ctr = self.crictl.create(sandbox, cfg, "main", IMAGE, COUNTER, mounts)
+        self.crictl.run("start", ctr)
+        status = {
+            "phase": "Running",
+            "podIP": self.crictl.pod_ip(sandbox),
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{
+                "name": "main", "ready": True, "restartCount": 0, "image": IMAGE,
+                "imageID": IMAGE, "containerID": f"containerd://{ctr}",
+                "state": {"running": {"startedAt": "2026-12-02T10:00:00Z"}}}],
+        }  # fmt: skip
+        r = self.api.patch(
+            f"/api/v1/namespaces/{NS}/pods/{name}/status", json={"status": status},
+            headers={"Content-Type": "application/strategic-merge-patch+json"},
+        )  # fmt: skip
+        assert r.status_code == 200, r.text
+        return sandbox, ctr
+
+
+@pytest.fixture
+def kubelet(control_plane, containerd, tmp_path):
+    with control_plane.client() as api:
+        api.post("/api/v1/namespaces", json={"metadata": {"name": NS}})
+        api.post("/apis/node.k8s.io/v1/runtimeclasses", json={
+            "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+            "metadata": {"name": "snapshot"}, "handler": "snapshot"})  # fmt: skip
+        k = Kubelet(api, Crictl(containerd.address, tmp_path), tmp_path / "kubelet")
+        yield k
+        for sandbox in k.sandboxes:
+            k.crictl.remove_pod(sandbox)
+
+
+def conditions(obj: dict) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c.get("reason", "")) for c in
+            obj.get("status", {}).get("conditions", [])}  # fmt: skip
+
+
+async def test_snapshot_checkpoint_restore_report_delete(control_plane, kubelet, tmp_path):
+    api = kubelet.api
+    src = api.post(f"/api/v1/namespaces/{NS}/pods", json={
+        "metadata": {"name": "src"},
+        "spec": {"containers": [{"name": "main", "image": IMAGE}]}}).json()  # fmt: skip
+    sandbox_a, _ = kubelet.start(src)
+    ip_a = kubelet.crictl.pod_ip(sandbox_a)
+    for _ in range(3):
+        before = ask(ip_a, PORT, timeout=30)
+    assert before["count"] == "3"
+
+    r = api.post(SNAPS, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
+                              "metadata": {"name": "warm"},
+                              "spec": {"source": {"podRef": {"name": "src"},
+                                                  "containers": ["main"]}}})  # fmt: skip
+    assert r.status_code == 201, r.text
+
+    store = tmp_path / "store"
+    async with await kube.api_client(str(control_plane.kubeconfig)) as client:
+        controller = Controller(client)
+        agent = Agent(client, AgentConfig(node=NODE, store=store, kubelet_root=kubelet.root))
+        await controller.reconcile_all()
+        await controller.reconcile_all()
+        pending = conditions(api.get(f"{SNAPS}/warm").json())["Ready"]
+        assert pending == ("False", "CheckpointPending")
+        await agent.pass_once()
+        snap = api.get(f"{SNAPS}/warm").json()
+        assert conditions(snap)["Ready"] == ("True", "Captured"), snap["status"]
+        artifact = snap["status"]["artifact"]
+        assert artifact["uri"].startswith(f"file://{store}/{NS}/warm-")
+        assert artifact["manifestDigest"].startswith("sha256:") and artifact["sizeBytes"] > 0
+        assert snap["status"]["source"]["nodeName"] == NODE
+        assert snap["status"]["source"]["criuVersion"]
+        assert snap["status"]["checkpointSeconds"] > 0
+
+        # a replica that asks for the snapshot is rewritten by the webhook ...
+        with (
+            webhook_process(tmp_path, control_plane.kubeconfig) as w,
+            chart_webhook_registered(control_plane, w, "snapshot-flow"),
+        ):
+            r = api.post(f"/api/v1/namespaces/{NS}/pods", json={
+                "metadata": {"name": "replica", "annotations": {ann.RESTORE_FROM: "warm"}},
+                "spec": {"containers": [{"name": "main", "image": IMAGE}]}})  # fmt: skip
+        assert r.status_code == 201, r.text
+        replica = r.json()
+        assert replica["spec"]["runtimeClassName"] == "snapshot"
+        assert replica["metadata"]["annotations"][ann.MANIFEST_DIGEST] == artifact["manifestDigest"]
+
+        # ... comes up restored, with the source's memory, on its own IP ...
+        sandbox_b, _ = kubelet.start(replica)
+        ip_b = kubelet.crictl.pod_ip(sandbox_b)
+        assert ip_b != ip_a
+        after = ask(ip_b, PORT, timeout=30)
+        assert after["count"] == "4" and after["digest"] == before["digest"]
+        assert after["addr"] == f"{ip_b}:{PORT}"
+
+        # ... and the agent reports how the restore went.
+        await agent.pass_once()
+        stored = api.get(f"/api/v1/namespaces/{NS}/pods/replica").json()
+        restored = next(c for c in stored["status"]["conditions"]
+                        if c["type"] == ann.RESTORED_CONDITION)  # fmt: skip
+        assert (restored["status"], restored["reason"]) == ("True", "RestoreSucceeded")
+        assert "criu" in restored["message"]
+        events = api.get(f"/api/v1/namespaces/{NS}/events").json()["items"]
+        reasons = {(e["involvedObject"]["name"], e["reason"]) for e in events}
+        assert {("warm", "Captured"), ("replica", "RestoreSucceeded")} <= reasons
+
+        # Deleting the PodSnapshot deletes its artifact, then the object.
+        artifact_dir = artifact["uri"].removeprefix("file://")
+        assert api.delete(f"{SNAPS}/warm").status_code == 200
+        await controller.reconcile_all()
+        await agent.pass_once()
+        assert api.get(f"{SNAPS}/warm").status_code == 404
+        assert not Path(artifact_dir).exists()
