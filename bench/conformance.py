@@ -34,12 +34,14 @@ def run_critest(node: Containerd, handler: str, report_dir: Path, focus: str | N
            f"-image-endpoint=unix://{node.address}", f"-runtime-handler={handler}",
            f"-test-images-file={images}",
            f"-ginkgo.junit-report={report_dir / (handler + '.xml')}", "-ginkgo.no-color",
-           "-ginkgo.timeout=25m"]  # fmt: skip
+           "-ginkgo.timeout=25m", "-ginkgo.v",
+           # a spec stuck for a minute prints where it waits (the log is written as it runs)
+           "-ginkgo.poll-progress-after=60s", "-ginkgo.poll-progress-interval=60s"]  # fmt: skip
     if focus:
         cmd.append(f"-ginkgo.focus={focus}")
     t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    (report_dir / f"{handler}.log").write_text(p.stdout + p.stderr)
+    with (report_dir / f"{handler}.log").open("w") as log:
+        subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
     results: dict[str, str] = {}
     for xml in report_dir.glob(f"{handler}.xml"):
         for case in ET.parse(xml).getroot().iter("testcase"):
@@ -59,16 +61,24 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--focus")
+    ap.add_argument("--handler", action="append", choices=["runc", "snapshot"],
+                    help="run only this handler (repeatable); comparing needs both")  # fmt: skip
     args = ap.parse_args()
+    handlers = args.handler or ["runc", "snapshot"]
     node = Containerd(Path(f"/tmp/snapshot-conf-{uuid.uuid4().hex[:6]}"),
                       bin_dirs=[str(Path(sys.executable).parent)])  # fmt: skip
     report_dir = Path(args.out).absolute() / "conformance"
     report_dir.mkdir(parents=True, exist_ok=True)
     try:
         node.start()
-        res = {h: run_critest(node, h, report_dir, args.focus) for h in ("runc", "snapshot")}
+        res = {h: run_critest(node, h, report_dir, args.focus) for h in handlers}
     finally:
         node.stop()
+    if len(res) == 1:
+        ((h, r),) = res.items()
+        print(json.dumps({h: r["counts"], "failed": sorted(
+            n for n, v in r["results"].items() if v == "failed")}, indent=2))  # fmt: skip
+        return 0
     regressions = sorted(
         n for n, v in res["runc"]["results"].items()
         if v == "passed" and res["snapshot"]["results"].get(n) != "passed"

@@ -33,14 +33,16 @@ class Crictl:
         path.write_text(json.dumps(obj))
         return path
 
-    def run_pod(self, name: str, handler: str = "snapshot", annotations: dict | None = None
-                ) -> tuple[str, Path]:  # fmt: skip
+    def run_pod(self, name: str, handler: str = "snapshot", annotations: dict | None = None,
+                host_network: bool = False) -> tuple[str, Path]:  # fmt: skip
         cfg = {
             "metadata": {"name": name, "namespace": "default", "uid": uuid.uuid4().hex,
                          "attempt": 0},
             "log_directory": str(self.workdir / f"logs-{name}"),
             "annotations": annotations or {},
-            "linux": {},
+            # NamespaceMode NODE (2): the pod shares the host's network namespace
+            "linux": {"security_context": {"namespace_options": {"network": 2}}}
+            if host_network else {},
         }  # fmt: skip
         path = self._write(cfg)
         pod = self.run("runp", "--runtime", handler, str(path)).stdout.strip()

@@ -50,6 +50,11 @@ class Process:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     #: the exit was reaped and is being reported (after its output is drained)
     exiting: bool = False
+    #: Start is in progress: an exit reaped meanwhile waits in pending_exit until the process
+    #: is Running and TaskStart is out (else the exit lands first and Start then overwrites
+    #: Stopped with Running, and Delete refuses the "running" task forever)
+    starting: bool = False
+    pending_exit: int | None = None
 
     @property
     def pidfile(self) -> Path:

@@ -112,6 +112,9 @@ class TaskService:
         for c in self.containers.values():
             for p in (c.init, *c.execs.values()):
                 if p.pid == pid and not p.done.is_set() and not p.exiting:
+                    if p.starting:
+                        p.pending_exit = code
+                        return
                     p.exiting = True
                     task = asyncio.ensure_future(self._finish_exit(c, p, code))
                     self._exit_tasks.add(task)
@@ -200,17 +203,26 @@ class TaskService:
     async def start(self, r: shim_pb2.StartRequest) -> shim_pb2.StartResponse:
         c = self._get(r.id)
         p = c.process(r.exec_id)
-        p.state = await p.state.start(p)
-        if p.pid:
-            if p is c.init:
+        p.starting = True
+        try:
+            p.state = await p.state.start(p)
+            if p.pid and p is c.init:
                 c.note_cgroups()  # a restored or fallen-back init has its pid only now
-            self._check_already_exited(p)
-        if r.exec_id:
-            self.events.publish(
-                events_pb2.TaskExecStarted(container_id=c.id, exec_id=r.exec_id, pid=p.pid)
-            )
-        else:
-            self.events.publish(events_pb2.TaskStart(container_id=c.id, pid=p.pid))
+            if r.exec_id:
+                self.events.publish(
+                    events_pb2.TaskExecStarted(container_id=c.id, exec_id=r.exec_id, pid=p.pid)
+                )
+            else:
+                self.events.publish(events_pb2.TaskStart(container_id=c.id, pid=p.pid))
+        finally:
+            # An exit that came during Start is handled now, after TaskStart (containerd
+            # expects that order), or after a failed start, so waiters are not left hanging.
+            p.starting = False
+            if p.pending_exit is not None:
+                code, p.pending_exit = p.pending_exit, None
+                self._on_exit(p.pid, code)
+            elif p.pid:
+                self._check_already_exited(p)
         return shim_pb2.StartResponse(pid=p.pid)
 
     async def delete(self, r: shim_pb2.DeleteRequest) -> shim_pb2.DeleteResponse:

@@ -81,6 +81,29 @@ def test_plain_container_logs_exec_exit(cri):
         assert c.inspect(ctr)["status"]["state"] == "CONTAINER_EXITED"
 
 
+@pytest.mark.parametrize("host_network", [False, True], ids=["pod-network", "host-network"])
+def test_container_that_exits_during_start(cri, host_network):
+    """A process that exits while Start is still running (its exit is reaped before runc start
+    returns): the task must end Stopped, after TaskStart, and be deletable. Found by critest's
+    host-network port-forward case, where StopPodSandbox then hung forever."""
+    c, pods = cri
+    for handler in ("runc", "snapshot"):
+        pod, cfg = c.run_pod(f"fast-{handler}", handler, host_network=host_network)
+        pods.append(pod)
+        for i in range(5):  # the race needs a few tries to show reliably
+            ctr = c.create(pod, cfg, f"fast-{i}", IMAGE, ["true"])
+            c.run("start", ctr)
+            deadline = time.monotonic() + 10
+            while (st := c.inspect(ctr)["status"])["state"] != "CONTAINER_EXITED":
+                assert time.monotonic() < deadline, f"{handler}: {st['state']} after exit"
+                time.sleep(0.05)
+            assert st["exitCode"] == 0
+            c.run("rm", ctr)
+        t0 = time.monotonic()
+        c.run("stopp", pod)
+        assert time.monotonic() - t0 < 20
+
+
 def shims_for(id_: str) -> int:
     out = subprocess.run(["pgrep", "-f", "--", f"-m shim .*-id {id_}"], capture_output=True,
                          text=True)  # fmt: skip

@@ -1,0 +1,30 @@
+# One image for every cluster component: snapshot-webhook, snapshot-controller and the node
+# agent (snapshotctl agent, which runs runc and CRIU). The shim itself runs on the host, under
+# containerd (docs/install.md).
+#
+#   docker build -t <registry>/snapshot:0.1.0 .
+FROM debian:trixie-slim
+
+# CRIU >= 4.2 is only in unstable: pin it (and the libraries it needs) from there, the rest
+# from trixie, as scripts/setup-system.sh does on a node.
+RUN printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: sid\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+      > /etc/apt/sources.list.d/sid.sources \
+ && printf 'Package: *\nPin: release n=sid\nPin-Priority: 50\n' > /etc/apt/preferences.d/sid \
+ && apt-get update -q \
+ && apt-get install -y -q --no-install-recommends python3 python3-venv runc iptables iproute2 \
+      criu/sid libcompel1/sid libnet9/sid libnl-3-200/sid python3-pycriu/sid \
+ && rm -rf /var/lib/apt/lists/*
+
+COPY pyproject.toml README.md /src/
+COPY restore_runtime /src/restore_runtime
+COPY shim /src/shim
+COPY webhook /src/webhook
+COPY controller /src/controller
+COPY scripts/link-pycriu.sh /src/scripts/
+RUN python3 -m venv /opt/snapshot \
+ && /opt/snapshot/bin/pip install --no-cache-dir '/src[control,gpu]' \
+ && bash /src/scripts/link-pycriu.sh /opt/snapshot \
+ && rm -rf /src
+ENV PATH=/opt/snapshot/bin:$PATH
+# the webhook and controller run as this user (the chart sets runAsUser); the agent as root
+USER 65532:65532
