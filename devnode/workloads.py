@@ -20,11 +20,12 @@ def mounts() -> tuple[tuple[str, str, bool], ...]:
     return tuple((p, p, True) for p in sorted(paths))
 
 
-def command(module_or_script: list[str], port: int) -> list[str]:
-    """Run ``python ARGS <pod IP> <port>`` in the container, on its eth0 address."""
+def command(module_or_script: list[str], port: int, *extra: str) -> list[str]:
+    """Run ``python ARGS <pod IP> <port> EXTRA...`` in the container, on its eth0 address."""
     args = " ".join(module_or_script)
+    tail = "".join(f" {e}" for e in extra)
     return [
         "sh", "-c",
         "IP=$(ip -4 -o addr show eth0 | awk '{print $4}'); "
-        f"cd {ROOT} && exec {VENV_PYTHON} {args} ${{IP%/*}} {port}",
+        f"cd {ROOT} && exec {VENV_PYTHON} {args} ${{IP%/*}} {port}{tail}",
     ]  # fmt: skip

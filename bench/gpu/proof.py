@@ -123,6 +123,12 @@ def restore_once(art: Path, ctl: Path, port: int, expect: str, pidfile: Path) ->
             "gpu_used_after_restore": used}  # fmt: skip
 
 
+def gpt_params(layers: int, width: int, vocab: int = 50257, positions: int = 1024) -> int:
+    """Parameters of worker.py's model: embeddings (tied output) + per block 12 d^2 + 13 d
+    (qkv, proj, fc, out with biases, two LayerNorms) + the final LayerNorm."""
+    return (vocab + positions) * width + layers * (12 * width * width + 13 * width) + 2 * width
+
+
 def port_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the worker does
@@ -140,7 +146,15 @@ def run(args) -> dict:
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
     ctl, art, port = base / "ctl", base / "artifact", args.port
-    res: dict = {"model": {"layers": args.layers, "width": args.width, "kv_gb": args.kv_gb}}
+    res: dict = {
+        "model": {
+            "layers": args.layers,
+            "width": args.width,
+            "heads": args.heads,
+            "kv_gb": args.kv_gb,
+            "params": gpt_params(args.layers, args.width),
+        }
+    }
 
     t0 = time.monotonic()
     pid = start_worker(args, port, ctl, base / "worker.log")

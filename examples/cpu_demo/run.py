@@ -37,14 +37,17 @@ from restore_runtime.progress import human
 
 PORT = 8080
 IMAGE = "localhost/snapshot/busybox:1"
-WORKLOAD = workloads.command(["-m", "examples.cpu_demo.workload"], PORT)
 RUNC_ROOT = Path("/run/containerd/runc/k8s.io")
 
 
-def start_pod(cri: Crictl, name: str, control: Path, annotations: dict | None = None):
+def start_pod(cri: Crictl, name: str, control: Path, annotations: dict | None = None,
+              model: str = "digits") -> tuple[str, str]:  # fmt: skip
+    """A pod with the workload (``model``: digits or large) under handler snapshot; with the
+    artifact annotation, the shim restores it instead. Returns (pod, container)."""
     pod, cfg = cri.run_pod(f"{name}-{uuid.uuid4().hex[:5]}", "snapshot", annotations)
     mounts = (*workloads.mounts(), (str(control), "/snapshot-control", False))
-    ctr = cri.create(pod, cfg, "model", IMAGE, WORKLOAD, mounts,
+    command = workloads.command(["-m", "examples.cpu_demo.workload"], PORT, model)
+    ctr = cri.create(pod, cfg, "model", IMAGE, command, mounts,
                      env={"SNAPSHOT_CONTROL_DIR": "/snapshot-control"})  # fmt: skip
     cri.run("start", ctr)
     return pod, ctr

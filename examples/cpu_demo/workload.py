@@ -6,7 +6,10 @@ model. Each connection gets ``digest=<sha256 of the predicted probabilities for 
 batch> count=<requests served>``: a restored replica is correct when the digest equals the
 source's. It answers the snapshot handshake when SNAPSHOT_CONTROL_DIR is set.
 
-    python -m examples.cpu_demo.workload HOST PORT
+    python -m examples.cpu_demo.workload HOST PORT [digits|large]
+
+``large`` trains a bigger forest on a synthetic data set (scikit-learn's make_classification,
+generated at start): a longer cold start and a bigger checkpoint, for the benchmark.
 """
 
 from __future__ import annotations
@@ -18,16 +21,35 @@ import threading
 import time
 
 
+def train(kind: str):
+    from sklearn.ensemble import RandomForestClassifier
+
+    if kind == "digits":
+        from sklearn.datasets import load_digits
+
+        x, y = load_digits(return_X_y=True)
+        n_trees = 400
+    elif kind == "large":
+        from sklearn.datasets import make_classification
+
+        x, y = make_classification(n_samples=60_000, n_features=30, n_informative=15,
+                                   n_classes=4, random_state=0)  # fmt: skip
+        n_trees = 120
+    else:
+        raise SystemExit(f"unknown model {kind!r}: digits or large")
+    return RandomForestClassifier(n_estimators=n_trees, random_state=0, n_jobs=1).fit(x, y), x
+
+
 def main() -> None:
     host, port = sys.argv[1], int(sys.argv[2])
+    kind = sys.argv[3] if len(sys.argv) > 3 else "digits"
     t0 = time.monotonic()
-    from sklearn.datasets import load_digits
-    from sklearn.ensemble import RandomForestClassifier
+    import pickle
 
     from restore_runtime.workload import Handshake
 
-    x, y = load_digits(return_X_y=True)
-    model = RandomForestClassifier(n_estimators=400, random_state=0, n_jobs=1).fit(x, y)
+    model, x = train(kind)
+    weights = len(pickle.dumps(model))  # the model's size, as "weights" in the benchmark table
     batch = x[:64]
     count = 0
     lock = threading.Lock()
@@ -55,7 +77,7 @@ def main() -> None:
         with lock, conn:
             count += 1
             digest = hashlib.sha256(model.predict_proba(batch).tobytes()).hexdigest()[:16]
-            conn.sendall(f"digest={digest} count={count}\n".encode())
+            conn.sendall(f"digest={digest} count={count} weights={weights}\n".encode())
 
 
 if __name__ == "__main__":
