@@ -145,6 +145,11 @@ def run(args) -> dict:
     base = Path(args.workdir)
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
+    # The first cold start compiles from nothing: torch.compile's and Triton's caches live in
+    # this run's (empty) directory, not in a machine-wide one an earlier run has filled. The
+    # --leave-running cold start reuses them: that is the "warm compile cache" column.
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(base / "inductor-cache")
+    os.environ["TRITON_CACHE_DIR"] = str(base / "triton-cache")
     ctl, art, port = base / "ctl", base / "artifact", args.port
     res: dict = {
         "model": {
