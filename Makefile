@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv tools test demo bench conformance lint fmt generate clean
+.PHONY: setup system venv tools test demo bench bench-shim conformance lint fmt generate clean
 
 setup: system venv tools
 
@@ -34,8 +34,15 @@ test: setup
 demo: setup
 	$(PY) -m examples.cpu_demo.run
 
-# shim overheads against the runc shim (the GPU proof runs on a GPU machine: bench/gpu/proof.py)
+# cold start vs checkpoint vs restore on this machine (CPU, through containerd + the shim),
+# then the table and chart of every result in bench/results (the GPU ones are committed:
+# bench/gpu/proof.py on an H200). ~8 min.
 bench: setup
+	$(PY) -m bench.cpu
+	$(PY) -m bench.report
+
+# the shim's memory and start latency against containerd's runc shim
+bench-shim: setup
 	$(PY) -m bench.shim_overhead
 
 # CRI conformance (critest) under runc and under snapshot; ~16 min, so not part of make test.

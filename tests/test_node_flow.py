@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from controller.loop import Controller
 from devnode import workloads
@@ -24,7 +25,7 @@ from restore_runtime.agent.run import Agent, AgentConfig
 from restore_runtime.contracts import annotations as ann
 from restore_runtime.contracts.handshake import DEFAULT_CONTROL_DIR
 from tests.conftest import requires_containerd
-from tests.helpers import ask
+from tests.helpers import ROOT, ask
 from tests.webhook.conftest import chart_webhook_registered, webhook_process
 
 pytestmark = [
@@ -49,8 +50,10 @@ class Kubelet:
         self.api, self.crictl, self.root = api, crictl, root
         self.sandboxes: list[str] = []
 
-    def start(self, pod: dict) -> tuple[str, str]:
-        """Runs an API pod through CRI; returns (sandbox id, container id)."""
+    def start(self, pod: dict, command: list[str] = COUNTER) -> tuple[str, str]:
+        """Runs an API pod through CRI (busybox with the host's Python mounted stands in for
+        its image; `command` for its command), reports it Running, and Ready once its port
+        answers, as a tcpSocket readiness probe would. Returns (sandbox id, container id)."""
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
         r = self.api.post(f"/api/v1/namespaces/{NS}/pods/{name}/binding", json={
             "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
@@ -64,15 +67,19 @@ class Kubelet:
         sandbox, cfg = self.crictl.run_pod(f"{name}-{uid[:5]}", handler,
                                            pod["metadata"].get("annotations") or {})  # fmt: skip
         self.sandboxes.append(sandbox)
+        spec_ctr = pod["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in spec_ctr.get("env", []) if "value" in e}
         mounts = (*workloads.mounts(), (str(control), DEFAULT_CONTROL_DIR, False))
-        ctr = self.crictl.create(sandbox, cfg, "main", IMAGE, COUNTER, mounts)
+        ctr = self.crictl.create(sandbox, cfg, spec_ctr["name"], IMAGE, command, mounts, env)
         self.crictl.run("start", ctr)
+        ip = self.crictl.pod_ip(sandbox)
+        ask(ip, PORT, timeout=120)  # the readiness probe
         status = {
             "phase": "Running",
-            "podIP": self.crictl.pod_ip(sandbox),
+            "podIP": ip,
             "conditions": [{"type": "Ready", "status": "True"}],
             "containerStatuses": [{
-                "name": "main", "ready": True, "restartCount": 0, "image": IMAGE,
+                "name": spec_ctr["name"], "ready": True, "restartCount": 0, "image": IMAGE,
                 "imageID": IMAGE, "containerID": f"containerd://{ctr}",
                 "state": {"running": {"startedAt": "2026-12-02T10:00:00Z"}}}],
         }  # fmt: skip
@@ -111,7 +118,7 @@ async def test_snapshot_checkpoint_restore_report_delete(control_plane, kubelet,
     ip_a = kubelet.crictl.pod_ip(sandbox_a)
     for _ in range(3):
         before = ask(ip_a, PORT, timeout=30)
-    assert before["count"] == "3"
+    assert before["count"] == "4"  # the readiness probe's request, then ours
 
     r = api.post(SNAPS, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
                               "metadata": {"name": "warm"},
@@ -155,7 +162,8 @@ async def test_snapshot_checkpoint_restore_report_delete(control_plane, kubelet,
         ip_b = kubelet.crictl.pod_ip(sandbox_b)
         assert ip_b != ip_a
         after = ask(ip_b, PORT, timeout=30)
-        assert after["count"] == "4" and after["digest"] == before["digest"]
+        # A's count carried over: +1 for B's readiness probe, +1 for this request
+        assert after["count"] == "6" and after["digest"] == before["digest"]
         assert after["addr"] == f"{ip_b}:{PORT}"
 
         # ... and the agent reports how the restore went.
@@ -176,3 +184,52 @@ async def test_snapshot_checkpoint_restore_report_delete(control_plane, kubelet,
         await agent.pass_once()
         assert api.get(f"{SNAPS}/warm").status_code == 404
         assert not Path(artifact_dir).exists()
+
+
+def example(path: str) -> dict:
+    return yaml.safe_load((ROOT / "examples" / path).read_text())
+
+
+async def test_cpu_example_snapshot_job_to_restored_replica(control_plane, kubelet, tmp_path):
+    """examples/cpu_demo/k8s as a user would apply it: the SnapshotJob captures the
+    scikit-learn server once it serves, and a pod from the Deployment's template comes up
+    restored, answering with the source's predictions."""
+    api = kubelet.api
+    demo = workloads.command(["-m", "examples.cpu_demo.workload"], PORT, "digits")
+    r = api.post(f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/snapshotjobs",
+                 json=example("cpu_demo/k8s/snapshotjob.yaml"))  # fmt: skip
+    assert r.status_code == 201, r.text
+    async with await kube.api_client(str(control_plane.kubeconfig)) as client:
+        controller = Controller(client)
+        agent = Agent(client, AgentConfig(node=NODE, store=tmp_path / "store",
+                                          kubelet_root=kubelet.root))  # fmt: skip
+        await controller.reconcile_all()  # creates the source pod
+        source = api.get(f"/api/v1/namespaces/{NS}/pods/cpu-demo-source").json()
+        sandbox, _ = kubelet.start(source, demo)
+        reference = ask(kubelet.crictl.pod_ip(sandbox), PORT)["digest"]
+        await controller.reconcile_all()  # the source is Ready: creates the PodSnapshot
+        await controller.reconcile_all()  # hands it to the node
+        await agent.pass_once()  # quiesce handshake with the workload, then the dump
+        await controller.reconcile_all()  # Captured: completes the job
+        job = api.get(f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/snapshotjobs/cpu-demo").json()
+        assert conditions(job)["Completed"] == ("True", "Completed"), job["status"]
+        assert conditions(api.get(f"{SNAPS}/cpu-demo").json())["Ready"] == ("True", "Captured")
+
+        template = example("cpu_demo/k8s/deployment.yaml")["spec"]["template"]
+        replica = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {**template["metadata"], "name": "cpu-demo-replica"},
+                   "spec": template["spec"]}  # fmt: skip
+        with (
+            webhook_process(tmp_path, control_plane.kubeconfig) as w,
+            chart_webhook_registered(control_plane, w, "snapshot-cpu-example"),
+        ):
+            r = api.post(f"/api/v1/namespaces/{NS}/pods", json=replica)
+        assert r.status_code == 201, r.text
+        assert r.json()["spec"]["runtimeClassName"] == "snapshot"
+        sandbox_b, _ = kubelet.start(r.json(), demo)
+        assert ask(kubelet.crictl.pod_ip(sandbox_b), PORT)["digest"] == reference
+        await agent.pass_once()
+        stored = api.get(f"/api/v1/namespaces/{NS}/pods/cpu-demo-replica").json()
+        restored = next(c for c in stored["status"]["conditions"]
+                        if c["type"] == ann.RESTORED_CONDITION)  # fmt: skip
+        assert (restored["status"], restored["reason"]) == ("True", "RestoreSucceeded")
