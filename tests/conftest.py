@@ -64,6 +64,7 @@ def control_plane(tmp_path_factory):
         cp.install_crds()
         yield cp
 
+
 VENV_BIN = str(Path(__file__).resolve().parents[1] / ".venv" / "bin")
 
 
