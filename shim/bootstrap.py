@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import faulthandler
 import hashlib
+import io
 import json
 import logging
 import os
@@ -137,6 +138,20 @@ def _setup_logging(logfile: Path, debug: bool) -> None:
     )  # fmt: skip
 
 
+def dump_stacks() -> None:
+    """SIGUSR1: where every thread and every asyncio task waits, into the shim log (as
+    containerd's shims dump their goroutines). `kill -USR1 <shim pid>` on a stuck pod."""
+    buf = io.StringIO()
+    for task in asyncio.all_tasks():
+        buf.write(f"--- task {task.get_name()}: {task.get_coro()!r}\n")
+        task.print_stack(file=buf)
+    log.warning("SIGUSR1: asyncio tasks\n%s", buf.getvalue())
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and handler.stream:
+            faulthandler.dump_traceback(file=handler.stream, all_threads=True)
+            handler.stream.flush()
+
+
 async def serve(args: argparse.Namespace) -> None:
     from .restore import make_restorer
     from .runc.driver import Runc
@@ -166,6 +181,7 @@ async def serve(args: argparse.Namespace) -> None:
     )
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, dump_stacks)
     await stop.wait()
     server.close()
     await publisher.flush()

@@ -45,14 +45,32 @@ async def dispatch(handlers: Handlers, data: bytes) -> ttrpc_pb2.Response:
         msg.ParseFromString(req.payload)
     except DecodeError as e:
         return _error(Code.INVALID_ARGUMENT, f"malformed {msg.DESCRIPTOR.full_name}: {e}")
+    what = f"{req.method} {_target(msg)}"
+    log.debug("-> %s", what)
+    # A call still running after SLOW_S is logged (with SIGUSR1, the shim then dumps where
+    # every task waits): a hung RPC otherwise blocks containerd with nothing in any log.
+    slow = asyncio.get_running_loop().call_later(SLOW_S, log.warning, "%s still running "
+                                                 "after %gs", what, SLOW_S)  # fmt: skip
     try:
         reply = await handler.fn(msg)
     except RPCError as e:
+        log.debug("<- %s: %s %s", what, e.code.name, e.message)
         return _error(e.code, e.message)
     except Exception as e:
         log.exception("handler %s failed", path)
         return _error(Code.INTERNAL, f"{type(e).__name__}: {e}")
+    finally:
+        slow.cancel()
+    log.debug("<- %s: ok", what)
     return ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=0), payload=reply.SerializeToString())
+
+
+SLOW_S = 10.0
+
+
+def _target(msg: Message) -> str:
+    ids = [getattr(msg, f, "") for f in ("id", "exec_id")]
+    return "/".join(i for i in ids if i)[:80]
 
 
 def _error(code: Code, message: str) -> ttrpc_pb2.Response:

@@ -4,9 +4,12 @@ container group. Cases run under both runtimes and must agree."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +99,24 @@ def test_exec_with_terminal(containerd, runtime):
         time.sleep(0.3)
         containerd.ctr("task", "delete", "-f", name, check=False)
         containerd.ctr("containers", "delete", name, check=False)
+
+
+def test_sigusr1_dumps_where_the_shim_waits(containerd):
+    """An operator's first tool on a stuck pod: SIGUSR1 writes every thread's and asyncio
+    task's stack into the shim log, and the shim keeps serving."""
+    name = cid("dump")
+    containerd.ctr("run", "-d", "--runtime", RUNTIMES[1], IMAGE, name, "sleep", "1000")
+    try:
+        pid = int(subprocess.run(["pgrep", "-f", "--", f"-m shim .*-id {name} "],
+                                 capture_output=True, text=True).stdout.split()[0])  # fmt: skip
+        log = Path(f"/run/containerd/snapshot-shim/k8s.io/shim-{name}.log")
+        os.kill(pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while "Current thread" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        text = log.read_text()
+        assert "SIGUSR1: asyncio tasks" in text and "Current thread" in text
+        assert containerd.ctr("task", "ls").stdout.count(name) == 1  # still serving
+    finally:
+        containerd.ctr("task", "rm", "-f", name, check=False)
+        containerd.ctr("container", "rm", name, check=False)

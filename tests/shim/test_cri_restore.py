@@ -174,6 +174,10 @@ def test_tampered_artifact(cri, tmp_path, policy):
         assert r.returncode == 0, r.stderr
         assert report["outcome"] == "fell-back"
         assert ask(c.pod_ip(pod), PORT, timeout=30)["count"] == "1", "a cold start"
+        # the cold-started container is a normal one: stopping its pod does not hang
+        t0 = time.monotonic()
+        c.run("stopp", pod)
+        assert time.monotonic() - t0 < 20
     else:
         assert r.returncode != 0
         assert "restore failed in verify" in r.stderr
