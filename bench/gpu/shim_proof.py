@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
+from devnode import workloads  # noqa: E402
 from devnode.containerd import BUSYBOX_IMAGE, Containerd  # noqa: E402
 from restore_runtime.contracts.annotations import ARTIFACT  # noqa: E402
 from restore_runtime.contracts.handshake import RESTORE_REPORT  # noqa: E402
@@ -55,7 +56,10 @@ def state_digest(line: str) -> str:
 
 
 def run_args(ctl: Path, runtime: str, annotations: dict[str, str]) -> list[str]:
-    ro = sorted({"/usr", str(ROOT), *os.environ.get("PYTHONPATH", "").split(":")} - {""})
+    # the host's /usr, its Python installation and this checkout, as devnode's workloads
+    ro = sorted(
+        {*(m[0] for m in workloads.mounts()), *os.environ.get("PYTHONPATH", "").split(":")} - {""}
+    )
     args = ["run", "-d", "--net-host", "--runtime", runtime,
             "--env", "SNAPSHOT_CONTROL_DIR=/snapshot-control", "--env", "HOME=/tmp",
             "--env", f"PYTHONPATH={os.environ.get('PYTHONPATH', str(ROOT))}",
@@ -104,7 +108,10 @@ def main() -> int:
     try:
         node.start()
         t0 = time.monotonic()
-        node.ctr(*run_args(ctl_a, "io.containerd.runc.v2", {}), BUSYBOX_IMAGE, "src", *worker)
+        src = node.ctr(*run_args(ctl_a, "io.containerd.runc.v2", {}), BUSYBOX_IMAGE, "src",
+                       *worker, check=False)  # fmt: skip
+        if src.returncode != 0:
+            raise RuntimeError(f"ctr run src: {src.stderr.strip()}")
         cold_s, ref = first_response("127.0.0.1", args.port, t0, 900)
         res["cold_start_s"] = round(cold_s, 3)
 
@@ -156,9 +163,8 @@ def main() -> int:
         for c in ("src", "dst"):
             node.ctr("task", "rm", "-f", c, check=False)
             node.ctr("container", "rm", c, check=False)
-        shim_logs = sorted(Path("/run/containerd/snapshot-shim").glob("*/shim-*.log"))
         args.out.mkdir(parents=True, exist_ok=True)
-        for f in shim_logs[-2:]:
+        for f in Path("/run/containerd/snapshot-shim").glob("*/shim-dst.log"):
             shutil.copy(f, args.out / f"{args.name}-{f.name}")
         node.stop()
         shutil.rmtree(work, ignore_errors=True)
