@@ -160,7 +160,8 @@ class Containerd:
             target = line.split()[1]
             if target.startswith(str(self.base)):
                 subprocess.run(["umount", "-l", target], check=False)
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+        with contextlib.suppress(FileNotFoundError):  # no iproute2: no bridge was made either
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
         if self.registry is not None:
             self.registry.shutdown()
         keep = os.environ.get("SNAPSHOT_KEEP_LOGS")

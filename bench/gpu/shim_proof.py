@@ -166,7 +166,10 @@ def main() -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         for f in Path("/run/containerd/snapshot-shim").glob("*/shim-dst.log"):
             shutil.copy(f, args.out / f"{args.name}-{f.name}")
-        node.stop()
+        try:
+            node.stop()
+        except Exception as e:  # the result matters more than a tidy machine
+            res.setdefault("error", f"cleanup: {type(e).__name__}: {e}")
         shutil.rmtree(work, ignore_errors=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(res, indent=2))
     print(json.dumps(res.get("summary", res), indent=2))
