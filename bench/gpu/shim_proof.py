@@ -57,9 +57,13 @@ def state_digest(line: str) -> str:
 
 def run_args(ctl: Path, runtime: str, annotations: dict[str, str]) -> list[str]:
     # the host's /usr, its Python installation and this checkout, as devnode's workloads
-    ro = sorted(
-        {*(m[0] for m in workloads.mounts()), *os.environ.get("PYTHONPATH", "").split(":")} - {""}
-    )
+    # (and the virtualenv this runs in, where torch is installed)
+    paths = {
+        *(m[0] for m in workloads.mounts()),
+        sys.prefix,
+        *os.environ.get("PYTHONPATH", "").split(":"),
+    }
+    ro = sorted(paths - {""})
     args = ["run", "-d", "--net-host", "--runtime", runtime,
             "--env", "SNAPSHOT_CONTROL_DIR=/snapshot-control", "--env", "HOME=/tmp",
             "--env", f"PYTHONPATH={os.environ.get('PYTHONPATH', str(ROOT))}",
