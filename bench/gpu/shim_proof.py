@@ -8,7 +8,10 @@ and the shim restores it (verify -> compat -> runc restore -> CUDA restore + unl
 restore-complete). Its first answer must equal the source's, bitwise; then exec and kill must
 work on it as on any container.
 
-    python3 bench/gpu/shim_proof.py --out DIR [--layers 24 --width 2048 --kv-gb 16]
+    timeout -s INT 500 python3 bench/gpu/shim_proof.py --out DIR [--layers 24 --width 2048]
+
+The containers' output goes to DIR/src.log and DIR/dst.log, the results to DIR/NAME.json (also
+when interrupted).
 
 Host networking (`ctr run --net-host`): the CRI pod network is covered on CPU by
 tests/shim/test_cri_restore.py; here only the GPU part is new.
@@ -37,6 +40,9 @@ from restore_runtime.contracts.annotations import ARTIFACT  # noqa: E402
 from restore_runtime.contracts.handshake import RESTORE_REPORT  # noqa: E402
 from restore_runtime.probe import first_response  # noqa: E402
 
+# unique ids: runc state of an interrupted earlier run must not collide
+RUN = uuid.uuid4().hex[:6]
+SRC, DST = f"src-{RUN}", f"dst-{RUN}"
 DEVICES = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
 
 
@@ -55,7 +61,7 @@ def state_digest(line: str) -> str:
     return next(t for t in line.split() if t.startswith("digest="))
 
 
-def run_args(ctl: Path, runtime: str, annotations: dict[str, str]) -> list[str]:
+def run_args(ctl: Path, runtime: str, annotations: dict[str, str], log: Path) -> list[str]:
     # the host's /usr, its Python installation and this checkout, as devnode's workloads
     # (and the virtualenv this runs in, where torch is installed)
     paths = {
@@ -64,7 +70,7 @@ def run_args(ctl: Path, runtime: str, annotations: dict[str, str]) -> list[str]:
         *os.environ.get("PYTHONPATH", "").split(":"),
     }
     ro = sorted(paths - {""})
-    args = ["run", "-d", "--net-host", "--runtime", runtime,
+    args = ["run", "-d", "--net-host", "--runtime", runtime, "--log-uri", f"file://{log}",
             "--env", "SNAPSHOT_CONTROL_DIR=/snapshot-control", "--env", "HOME=/tmp",
             "--env", f"PYTHONPATH={os.environ.get('PYTHONPATH', str(ROOT))}",
             "--mount", f"type=bind,src={ctl},dst=/snapshot-control,options=rbind:rw"]  # fmt: skip
@@ -88,6 +94,12 @@ def main() -> int:
     ap.add_argument("--kv-gb", type=float, default=16.0)
     ap.add_argument("--name", default="gpu-shim-proof")
     ap.add_argument(
+        "--cold-timeout",
+        type=float,
+        default=240.0,
+        help="seconds to wait for the source's first answer (its output: src.log)",
+    )
+    ap.add_argument(
         "--smoke",
         action="store_true",
         help="run the CPU counter workload instead (checks the plumbing anywhere)",
@@ -107,21 +119,22 @@ def main() -> int:
     res: dict = {"command": " ".join(sys.argv), "machine": platform.node(), "ok": False,
                  "model": "counter (CPU smoke run)" if args.smoke else model}  # fmt: skip
     ctl_a, ctl_b, art = work / "ctl-a", work / "ctl-b", work / "artifact"
+    args.out.mkdir(parents=True, exist_ok=True)
     ctl_a.mkdir(parents=True)
     ctl_b.mkdir()
     try:
         node.start()
         t0 = time.monotonic()
-        src = node.ctr(*run_args(ctl_a, "io.containerd.runc.v2", {}), BUSYBOX_IMAGE, "src",
-                       *worker, check=False)  # fmt: skip
+        run_src = run_args(ctl_a, "io.containerd.runc.v2", {}, args.out / "src.log")
+        src = node.ctr(*run_src, BUSYBOX_IMAGE, SRC, *worker, check=False)
         if src.returncode != 0:
             raise RuntimeError(f"ctr run src: {src.stderr.strip()}")
-        cold_s, ref = first_response("127.0.0.1", args.port, t0, 900)
+        cold_s, ref = first_response("127.0.0.1", args.port, t0, args.cold_timeout)
         res["cold_start_s"] = round(cold_s, 3)
 
         t0 = time.monotonic()
         ck = subprocess.run(
-            [sys.executable, "-m", "restore_runtime.cli", "checkpoint", "--container", "src",
+            [sys.executable, "-m", "restore_runtime.cli", "checkpoint", "--container", SRC,
              "--runc-root", "/run/containerd/runc/k8s.io", "--output", str(art),
              "--control-dir", str(ctl_a), "--json"],
             capture_output=True, text=True, cwd=ROOT,
@@ -131,12 +144,13 @@ def main() -> int:
         res["checkpoint"] = {"seconds": round(time.monotonic() - t0, 3),
                              "phases": json.loads(ck.stdout)["timings"],
                              "artifact_bytes": json.loads(ck.stdout)["sizeBytes"]}  # fmt: skip
-        node.ctr("task", "rm", "-f", "src", check=False)
-        node.ctr("container", "rm", "src", check=False)
+        node.ctr("task", "rm", "-f", SRC, check=False)
+        node.ctr("container", "rm", SRC, check=False)
 
         t0 = time.monotonic()
-        started = node.ctr(*run_args(ctl_b, "io.containerd.snapshot.v2", {ARTIFACT: str(art)}),
-                           BUSYBOX_IMAGE, "dst", *worker, check=False)  # fmt: skip
+        started = node.ctr(*run_args(ctl_b, "io.containerd.snapshot.v2", {ARTIFACT: str(art)},
+                                    args.out / "dst.log"),
+                           BUSYBOX_IMAGE, DST, *worker, check=False)  # fmt: skip
         res["restore_start_rc"] = started.returncode
         res["restore_start_stderr"] = started.stderr[-2000:]
         restore_s, digest = first_response("127.0.0.1", args.port, t0, 300)
@@ -145,13 +159,13 @@ def main() -> int:
         report = json.loads((ctl_b / RESTORE_REPORT).read_text())
         res["restore"] = {"first_response_s": round(restore_s, 3), "identical": digest == ref,
                           "report": report}  # fmt: skip
-        ex = node.ctr("task", "exec", "--exec-id", "probe", "dst", "sh", "-c", "echo $((6*7))",
+        ex = node.ctr("task", "exec", "--exec-id", "probe", DST, "sh", "-c", "echo $((6*7))",
                       check=False)  # fmt: skip
         res["exec_in_restored"] = ex.stdout.strip()
-        node.ctr("task", "kill", "-s", "KILL", "dst", check=False)
+        node.ctr("task", "kill", "-s", "KILL", DST, check=False)
         time.sleep(2)
         res["task_after_kill"] = node.ctr("task", "ls", check=False).stdout
-        rm = node.ctr("task", "rm", "-f", "dst", check=False)
+        rm = node.ctr("task", "rm", "-f", DST, check=False)
         res["delete_rc"] = rm.returncode
         res["summary"] = {
             "outcome": report["outcome"],
@@ -164,18 +178,18 @@ def main() -> int:
     except Exception as e:  # keep what was measured
         res["error"] = f"{type(e).__name__}: {e}"
     finally:
-        for c in ("src", "dst"):
+        for c in (SRC, DST):
             node.ctr("task", "rm", "-f", c, check=False)
             node.ctr("container", "rm", c, check=False)
-        args.out.mkdir(parents=True, exist_ok=True)
-        for f in Path("/run/containerd/snapshot-shim").glob("*/shim-dst.log"):
+        for f in Path("/run/containerd/snapshot-shim").glob(f"*/shim-{DST}.log"):
             shutil.copy(f, args.out / f"{args.name}-{f.name}")
         try:
             node.stop()
         except Exception as e:  # the result matters more than a tidy machine
             res.setdefault("error", f"cleanup: {type(e).__name__}: {e}")
         shutil.rmtree(work, ignore_errors=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(res, indent=2))
+        # written on every way out, a `timeout -s INT` included
+        (args.out / f"{args.name}.json").write_text(json.dumps(res, indent=2))
     print(json.dumps(res.get("summary", res), indent=2))
     return 0 if res["ok"] else 1
 

@@ -1,7 +1,11 @@
 """Container stdio. containerd hands the shim FIFO paths (it reads stdout/stderr and writes
 stdin through them); the container gets pipes, and the shim copies between the two, as the
 runc shim does. Pipes rather than the FIFOs themselves keep the container's stdio
-checkpointable (CRIU dumps pipes as external; a FIFO on the host is not in its mounts)."""
+checkpointable (CRIU dumps pipes as external; a FIFO on the host is not in its mounts).
+
+Output may also go to a file (`ctr run --log-uri file:///path`), as with the runc shim;
+`binary://` logging drivers are refused at create. Output that cannot be delivered is read
+and dropped: a container must never block on, or die of, a full or broken stdout."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..runc.driver import Stdio
+from ..ttrpc.codes import Code, RPCError
 
 log = logging.getLogger(__name__)
 _CHUNK = 32 * 1024
@@ -51,6 +56,11 @@ class ProcessIO:
 
     @classmethod
     async def open(cls, paths: StdioPaths) -> ProcessIO:
+        for target in (paths.stdout, paths.stderr):
+            scheme = target.split("://", 1)[0] if "://" in target else ""
+            if scheme not in ("", "fifo", "file"):
+                raise RPCError(Code.UNIMPLEMENTED, f"stdio {target!r}: {scheme}:// logging is "
+                               "not supported by this shim (FIFOs and file:// are)")  # fmt: skip
         io = cls(paths)
         if paths.terminal:
             # runc connects here and passes the pty master it made (SCM_RIGHTS); the shim
@@ -138,24 +148,30 @@ class ProcessIO:
         for t in self._tasks:
             t.cancel()
 
-    async def _copy_out(self, r: int, fifo: str) -> None:
+    async def _copy_out(self, r: int, target: str) -> None:
         loop = asyncio.get_running_loop()
         try:
-            # O_RDWR on a FIFO never blocks and survives containerd reconnecting.
-            w = await loop.run_in_executor(None, os.open, fifo, os.O_RDWR)
+            w: int | None = await loop.run_in_executor(None, open_output, target)
         except OSError as e:
-            log.error("cannot open %s: %s", fifo, e)
-            os.close(r)
-            return
+            log.error("cannot open %s: %s; the container's output is dropped", target, e)
+            w = None
         try:
             while True:
                 data = await loop.run_in_executor(None, _read, r)
                 if not data:
                     return
-                await loop.run_in_executor(None, _write_all, w, data)
+                if w is None:
+                    continue
+                try:
+                    await loop.run_in_executor(None, _write_all, w, data)
+                except OSError as e:
+                    log.error("writing output to %s: %s; dropping the rest", target, e)
+                    os.close(w)
+                    w = None
         finally:
             os.close(r)
-            os.close(w)
+            if w is not None:
+                os.close(w)
 
     async def _copy_in(self, fifo: str, w: int) -> None:
         loop = asyncio.get_running_loop()
@@ -184,6 +200,16 @@ def _recv_fd(sock: socket.socket) -> int:
     if not fds:
         raise OSError("runc sent no pty master over the console socket")
     return fds[0]
+
+
+def open_output(target: str) -> int:
+    """A writable fd for an output target: a FIFO path (O_RDWR never blocks and survives
+    containerd reconnecting), or file:///path (appended to, created with its directory)."""
+    if target.startswith("file://"):
+        path = Path(target.removeprefix("file://"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    return os.open(target.removeprefix("fifo://"), os.O_RDWR)
 
 
 def _read(fd: int) -> bytes:

@@ -120,3 +120,21 @@ def test_sigusr1_dumps_where_the_shim_waits(containerd):
     finally:
         containerd.ctr("task", "rm", "-f", name, check=False)
         containerd.ctr("container", "rm", name, check=False)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_output_to_a_log_file(containerd, runtime, tmp_path):
+    """`ctr run --log-uri file://...` (containerd's file logging) works as under runc; a
+    binary:// logging driver is refused with a clear error, not a hung container."""
+    log = tmp_path / "logs" / "out.log"
+    r = containerd.ctr("run", "--rm", "--runtime", runtime, "--log-uri", f"file://{log}",
+                       IMAGE, cid("file"), "sh", "-c", "echo to-file; echo err >&2")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert log.read_text().splitlines() == ["to-file", "err"] or sorted(
+        log.read_text().splitlines()) == ["err", "to-file"]  # fmt: skip
+    if runtime == RUNTIMES[1]:
+        name = cid("binary")
+        r = containerd.ctr("run", "--rm", "--runtime", runtime, "--log-uri", "binary:///bin/cat",
+                           IMAGE, name, "true", check=False)  # fmt: skip
+        assert r.returncode != 0 and "binary:// logging is not supported" in r.stderr
+        containerd.ctr("container", "rm", name, check=False)
