@@ -27,11 +27,16 @@ def helm(*args: str) -> subprocess.CompletedProcess:
 
 
 def render(
-    namespace: str = "snapshot-system", release: str = "snap", set_values: dict | None = None
+    namespace: str = "snapshot-system",
+    release: str = "snap",
+    set_values: dict | None = None,
+    set_strings: dict | None = None,
 ) -> list[dict]:
     args = ["template", release, str(CHART), "-n", namespace, "--kube-version", KUBE_VERSION]
     for k, v in (set_values or {}).items():
         args += ["--set", f"{k}={v}"]
+    for k, v in (set_strings or {}).items():  # label values: "true" must stay a string
+        args += ["--set-string", f"{k}={v}"]
     p = helm(*args)
     if p.returncode != 0:
         raise RenderError(p.stderr.strip())

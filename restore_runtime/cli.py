@@ -81,8 +81,18 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"))
     a.add_argument("--runc-root", type=Path, default=Path("/run/containerd/runc/k8s.io"))
     a.add_argument("--handshake-timeout", type=float, default=300.0, metavar="S")
+    a.add_argument("--sign-key", type=Path, help="Ed25519 private key (PEM) to sign with")
     a.add_argument("--interval", type=float, default=2.0, help="seconds between passes")
     a.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
+
+    n = sub.add_parser("install-node", help="install the shim on a host, register it with "
+                       "containerd (the agent's init container runs this)")  # fmt: skip
+    n.add_argument("--host-root", type=Path, required=True, help="where the host's / is mounted")
+    n.add_argument("--prefix", type=Path, default=Path("/opt/snapshot"))
+    n.add_argument("--containerd-config", type=Path, default=Path("/etc/containerd/config.toml"))
+    n.add_argument("--verify-key", type=Path, help="Ed25519 public key restores must match")
+    n.add_argument("--restart-containerd", action="store_true",
+                   help="restart containerd (systemd) if its config changed")  # fmt: skip
     return p
 
 
@@ -237,6 +247,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         kubelet_root=args.kubelet_root,
         runc_root=args.runc_root,
         handshake_timeout_s=args.handshake_timeout,
+        sign_key=args.sign_key,
     )
 
     async def run() -> None:
@@ -250,6 +261,21 @@ def cmd_agent(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_install_node(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from .agent.install import install
+
+    res = install(args.host_root, args.prefix, args.containerd_config, args.verify_key)
+    print(f"shim: {res.shim}; containerd config {'updated' if res.config_changed else 'unchanged'}")
+    if res.config_changed and args.restart_containerd:
+        # containers keep running across a containerd restart (their shims outlive it)
+        subprocess.run(["nsenter", "--target", "1", "--mount", "--", "systemctl", "restart",
+                        "containerd"], check=True)  # fmt: skip
+        print("containerd restarted")
+    return 0
+
+
 COMMANDS = {
     "checkpoint": cmd_checkpoint,
     "restore": cmd_restore,
@@ -258,6 +284,7 @@ COMMANDS = {
     "keygen": cmd_keygen,
     "run": cmd_run,
     "agent": cmd_agent,
+    "install-node": cmd_install_node,
 }
 
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 from pathlib import Path
 
 from restore_runtime.contracts import annotations as ann
@@ -40,6 +41,22 @@ def make_restorer(init: InitProcess, spec: dict) -> ShimRestorer | None:
     if wanted and name and wanted != name:
         return None  # another container of a restored pod: it starts normally
     return ShimRestorer(init, spec)
+
+
+VERIFY_KEY_ENV = "SNAPSHOT_VERIFY_KEY"
+
+
+def verify_key():
+    """The Ed25519 public key that restores require a signature from ($SNAPSHOT_VERIFY_KEY,
+    a PEM file; the node installer sets it when the chart has a signing key). Unset: no
+    signature is required, the digests still are. A key that cannot be read fails the
+    restore: unverifiable is not unsigned."""
+    path = os.environ.get(VERIFY_KEY_ENV)
+    if not path:
+        return None
+    from restore_runtime.artifact import signing
+
+    return signing.load_public_key(Path(path))
 
 
 def artifact_path(uri: str) -> Path:
@@ -134,9 +151,15 @@ class ShimRestorer:
                     "manifest.json", "manifest",
                     f"manifest digest {found} is not the admitted {self.digest}")]))  # fmt: skip
                 return
+        try:
+            key = verify_key()
+        except SnapshotError as e:  # an unreadable key: fall back (or fail) like a bad signature
+            await self._failed(p, e)
+            return
         p.io = await ProcessIO.open(p.stdio)
         req = RestoreRequest(
             artifact=self.artifact,
+            verify_key=key,
             control_dir=self.control_dir,
             netns=self.netns,
             skip_compat=self.skip_compat,

@@ -23,6 +23,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from .. import kube
+from ..artifact import signing
 from ..contracts.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
 from ..contracts.handshake import RESTORE_REPORT
 from ..contracts.report import RestoreReport
@@ -43,6 +44,7 @@ class AgentConfig:
     kubelet_root: Path = Path("/var/lib/kubelet")
     runc_root: Path = Path("/run/containerd/runc/k8s.io")
     handshake_timeout_s: float = 300.0
+    sign_key: Path | None = None  # Ed25519 private key (PEM): artifacts get a manifest.sig
 
 
 class Agent:
@@ -86,6 +88,10 @@ class Agent:
         cid = d.container_id(pod, snap.container or "")
         if cid is None:
             return await self._fail(snap, f"container {snap.container!r} of {name} is not running")
+        try:
+            key = signing.load_private_key(self.cfg.sign_key) if self.cfg.sign_key else None
+        except SnapshotError as e:
+            return await self._fail(snap, str(e))
         await self.snapshots.patch_status(snap, d.checkpointing(snap))
         control = d.control_dir(self.cfg.kubelet_root, pod["metadata"]["uid"])
         out = d.artifact_dir(self.cfg.store, snap)
@@ -95,6 +101,7 @@ class Agent:
             leave_running=snap.spec.keep_source_running,
             control_dir=control if control.is_dir() else None,
             handshake_timeout_s=self.cfg.handshake_timeout_s,
+            sign_key=key,
             pod=name, namespace=ns, container=snap.container,
             image_digest=d.image_digest(pod, snap.container or ""),
         )  # fmt: skip

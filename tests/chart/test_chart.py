@@ -91,3 +91,39 @@ def test_existing_tls_secret_instead_of_self_signed():
 def test_bad_values_fail_with_a_message(values, message):
     with pytest.raises(chart.RenderError, match=message):
         chart.render(set_values=values)
+
+
+NON_DEFAULT = {"signing.secretName": "snapshot-keys", "agent.installShim": "false",
+               "webhook.replicas": "1"}  # fmt: skip
+LABELS = {"agent.nodeSelector.pool": "gpu",
+          "runtimeClass.nodeSelector.snapshot\\.nvidia\\.com/shim": "true"}  # fmt: skip
+
+
+@pytest.mark.parametrize("values", [{}, NON_DEFAULT], ids=["defaults", "non-default"])
+def test_rendered_objects_match_the_kubernetes_schemas(values):
+    """kubernetes-validate's published schemas, strict (no unknown fields), for the newest
+    Kubernetes it knows; the API server test above covers the CRDs and admission."""
+    import kubernetes_validate
+
+    version = kubernetes_validate.latest_version()
+    for o in chart.render(set_values=values, set_strings=LABELS if values else None):
+        kubernetes_validate.validate(o, version, strict=True)
+
+
+def test_signing_and_node_installation():
+    k = by_kind(chart.render(set_values=NON_DEFAULT, set_strings=LABELS))
+    (agent,) = k["DaemonSet"]
+    spec = agent["spec"]["template"]["spec"]
+    assert "initContainers" not in spec  # installShim=false
+    assert "--sign-key=/keys/private.pem" in spec["containers"][0]["args"]
+    keys = {"name": "keys", "secret": {"secretName": "snapshot-keys", "defaultMode": 0o400}}
+    assert keys in spec["volumes"]
+    assert "PodDisruptionBudget" not in k  # one webhook replica: nothing to keep available
+    (rc,) = k["RuntimeClass"]
+    assert rc["scheduling"]["nodeSelector"] == {"snapshot.nvidia.com/shim": "true"}
+
+    spec = by_kind(chart.render())["DaemonSet"][0]["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert init["command"] == ["snapshotctl", "install-node"]
+    assert "--restart-containerd" in init["args"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}

@@ -1,0 +1,172 @@
+"""Node installation, run by the agent DaemonSet's init container with the host's root
+mounted: put the shim on the host and register runtime handler `snapshot` with containerd.
+
+    snapshotctl install-node --host-root /host [--prefix /opt/snapshot] [--verify-key K]
+
+- The shim runs on the host, started by containerd, so it cannot use the image's files: the
+  Python installation this runs from (interpreter, standard library, shared library) and
+  the virtualenv's packages are copied to PREFIX on the host.
+- A wrapper goes to HOST/usr/local/bin/containerd-shim-snapshot-v2 (containerd looks for
+  `containerd-shim-<name>-v2` on its PATH). With --verify-key, the public key is copied too
+  and the wrapper exports SNAPSHOT_VERIFY_KEY, so restores demand a signature.
+- containerd's config gets the runtime table, appended once. An imported drop-in would
+  replace containerd 1.7's whole CRI table (see docs/kubernetes.md), so the config file
+  itself is edited, after a backup. containerd must be restarted to read it; containers
+  survive that.
+
+The text edits are pure functions (tested); install() only copies and writes."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import sysconfig
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SnapshotError
+
+log = logging.getLogger("snapshot.install")
+
+CRI_TABLES = {
+    2: 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes',  # containerd 1.x
+    3: 'plugins."io.containerd.cri.v1.runtime".containerd.runtimes',  # containerd 2.x
+}
+SHIM_NAME = "containerd-shim-snapshot-v2"
+# what the shim never imports: tests, GUI, the base installation's own packages
+STDLIB_SKIP = shutil.ignore_patterns("__pycache__", "test", "tests", "idlelib", "tkinter",
+                                     "turtledemo", "ensurepip", "site-packages")  # fmt: skip
+
+
+def runtime_table(config_version: int, handler: str = "snapshot") -> str:
+    if config_version not in CRI_TABLES:
+        raise SnapshotError(f"containerd config version {config_version} is not supported")
+    return (
+        f"\n# added by snapshotctl install-node: runtime handler {handler!r} (RuntimeClass)\n"
+        f"[{CRI_TABLES[config_version]}.{handler}]\n"
+        '  runtime_type = "io.containerd.snapshot.v2"\n'
+        '  pod_annotations = ["nvidia.com/*", "snapshot.nvidia.com/*"]\n'
+    )
+
+
+def registered(config: dict, handler: str = "snapshot") -> bool:
+    version = config.get("version", 1)
+    node = config
+    for key in ("plugins", *_keys(version), handler):
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def _keys(version: int) -> list[str]:
+    plugin = "io.containerd.grpc.v1.cri" if version == 2 else "io.containerd.cri.v1.runtime"
+    return [plugin, "containerd", "runtimes"]
+
+
+def with_runtime(config_text: str, handler: str = "snapshot") -> str | None:
+    """The config with runtime `handler` registered, or None when it already is."""
+    try:
+        config = tomllib.loads(config_text)
+    except tomllib.TOMLDecodeError as e:
+        raise SnapshotError(f"containerd config does not parse: {e}") from e
+    if registered(config, handler):
+        return None
+    version = config.get("version", 1)
+    if version == 1:
+        raise SnapshotError("containerd config version 1 is not supported: migrate it to v2")
+    return config_text.rstrip("\n") + "\n" + runtime_table(version, handler)
+
+
+def shim_command(prefix: Path, python: str) -> list[str]:
+    """The copied interpreter running the shim. The packages directory is added as a site
+    directory, not through PYTHONPATH, so that its .pth files (namespace and editable
+    installs) count."""
+    boot = (f"import runpy, site; site.addsitedir({str(prefix / 'site-packages')!r}); "
+            "runpy.run_module('shim', run_name='__main__', alter_sys=True)")  # fmt: skip
+    return [f"{prefix}/python/bin/{python}", "-c", boot]
+
+
+def wrapper(prefix: Path, python: str, verify_key: Path | None) -> str:
+    env = f'export SNAPSHOT_VERIFY_KEY="{verify_key}"\n' if verify_key else ""
+    exe, flag, boot = shim_command(prefix, python)
+    return (
+        "#!/bin/sh\n"
+        "# installed by snapshotctl install-node (the snapshot agent)\n"
+        f'export PYTHONHOME="{prefix}/python"\n'
+        f'export LD_LIBRARY_PATH="{prefix}/python/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"\n'
+        f"{env}"
+        f'exec "{exe}" {flag} "{boot}" "$@"\n'
+    )
+
+
+@dataclass
+class InstallResult:
+    shim: Path
+    config: Path
+    config_changed: bool
+
+
+def install(
+    host_root: Path,
+    prefix: Path = Path("/opt/snapshot"),
+    config: Path = Path("/etc/containerd/config.toml"),
+    verify_key: Path | None = None,
+    packages: Path | None = None,
+) -> InstallResult:
+    """packages: the site-packages to copy (default: this environment's)."""
+    host_prefix = host_root / prefix.relative_to("/")
+    python = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    base = Path(sys.base_prefix)
+    site = packages or Path(sysconfig.get_paths()["purelib"])
+    staging = host_prefix.with_name(host_prefix.name + ".new")
+    shutil.rmtree(staging, ignore_errors=True)
+    # the interpreter and its standard library, then this environment's packages
+    for part in (f"bin/{python}", f"lib/{python}", "lib"):
+        src = base / part
+        dst = staging / "python" / part
+        if part == "lib":  # only the shared libpython, if the build has one
+            for so in src.glob("libpython3*.so*"):
+                dst.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(so, dst / so.name)
+        elif src.is_dir():
+            shutil.copytree(src, dst, symlinks=True, ignore=STDLIB_SKIP)
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    shutil.copytree(site, staging / "site-packages", symlinks=False,
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    key = None
+    if verify_key is not None:
+        (staging / "keys").mkdir()
+        shutil.copy2(verify_key, staging / "keys" / "verify.pem")
+        key = prefix / "keys" / "verify.pem"
+    # swap in the new tree whole: a shim starting meanwhile sees the old or the new one
+    old = host_prefix.with_name(host_prefix.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if host_prefix.exists():
+        host_prefix.rename(old)
+    staging.rename(host_prefix)
+    shutil.rmtree(old, ignore_errors=True)
+
+    shim = host_root / "usr/local/bin" / SHIM_NAME
+    shim.parent.mkdir(parents=True, exist_ok=True)
+    tmp = shim.with_name(shim.name + ".new")
+    tmp.write_text(wrapper(prefix, python, key))
+    tmp.chmod(0o755)
+    tmp.replace(shim)
+
+    host_config = host_root / config.relative_to("/")
+    text = host_config.read_text() if host_config.exists() else "version = 2\n"
+    new = with_runtime(text)
+    if new is not None:
+        if host_config.exists():
+            shutil.copy2(host_config, host_config.with_name(host_config.name + ".pre-snapshot"))
+        host_config.parent.mkdir(parents=True, exist_ok=True)
+        tmp = host_config.with_name(host_config.name + ".new")
+        tmp.write_text(new)
+        tmp.replace(host_config)
+        log.info("registered runtime 'snapshot' in %s; restart containerd to load it", config)
+    return InstallResult(shim=shim, config=host_config, config_changed=new is not None)

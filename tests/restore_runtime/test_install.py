@@ -1,0 +1,86 @@
+"""The node installer: registering runtime `snapshot` in containerd's config (pure text edits,
+idempotent), and a real install into a scratch host root whose copied interpreter then runs
+the shim."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from restore_runtime.agent import install as inst
+from restore_runtime.errors import SnapshotError
+
+V2 = """version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+"""
+
+
+def test_runtime_is_added_once_and_the_rest_is_kept():
+    new = inst.with_runtime(V2)
+    cfg = tomllib.loads(new)
+    runtimes = cfg["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+    assert runtimes["snapshot"] == {
+        "runtime_type": "io.containerd.snapshot.v2",
+        "pod_annotations": ["nvidia.com/*", "snapshot.nvidia.com/*"],
+    }
+    assert runtimes["runc"]["runtime_type"] == "io.containerd.runc.v2"
+    assert cfg["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"].endswith("pause:3.10")
+    assert inst.with_runtime(new) is None  # idempotent
+
+
+def test_containerd_2_config():
+    cfg = tomllib.loads(inst.with_runtime("version = 3\n"))
+    assert "snapshot" in cfg["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]
+
+
+@pytest.mark.parametrize("text, message", [("[plugins\n", "does not parse"),
+                                           ("root = '/x'\n", "version 1")])  # fmt: skip
+def test_bad_configs_are_refused(text, message):
+    with pytest.raises(SnapshotError, match=message):
+        inst.with_runtime(text)
+
+
+def test_install_into_a_host_root(tmp_path):
+    host = tmp_path / "host"
+    config = host / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(V2)
+    # the packages to copy: one .pth that points at this checkout (a real image copies its
+    # whole site-packages; 600 MB is too much for a test)
+    packages = tmp_path / "site"
+    packages.mkdir()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    purelib = next(p for p in sys.path if p.endswith("site-packages"))
+    (packages / "snapshot.pth").write_text(f"{root}\n{purelib}\n")
+    key = tmp_path / "verify.pem"
+    key.write_text("-----BEGIN PUBLIC KEY-----\n")
+
+    res = inst.install(host, packages=packages, verify_key=key)
+    assert res.config_changed and res.shim == host / "usr/local/bin/containerd-shim-snapshot-v2"
+    assert (host / "etc/containerd/config.toml.pre-snapshot").read_text() == V2
+    assert "snapshot" in tomllib.loads(config.read_text())["plugins"][
+        "io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]  # fmt: skip
+    text = res.shim.read_text()
+    assert 'SNAPSHOT_VERIFY_KEY="/opt/snapshot/keys/verify.pem"' in text
+    assert (host / "opt/snapshot/keys/verify.pem").exists()
+    assert os.access(res.shim, os.X_OK)
+
+    # The wrapper's command, pointed at the scratch root instead of the host's /, runs the
+    # shim with nothing but the copied interpreter and its standard library.
+    python = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    cmd = inst.shim_command(host / "opt/snapshot", python)
+    home = host / "opt/snapshot/python"
+    env = {"PYTHONHOME": str(home), "LD_LIBRARY_PATH": str(home / "lib"), "PATH": "/usr/bin"}
+    out = subprocess.run([*cmd, "-v"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "snapshot-shim" in out.stdout
+
+    again = inst.install(host, packages=packages)
+    assert not again.config_changed and "SNAPSHOT_VERIFY_KEY" not in again.shim.read_text()
