@@ -151,7 +151,7 @@ class ProcessIO:
     async def _copy_out(self, r: int, target: str) -> None:
         loop = asyncio.get_running_loop()
         try:
-            w: int | None = await loop.run_in_executor(None, open_output, target)
+            w: int | None = await _open_in_thread(open_output, target)
         except OSError as e:
             log.error("cannot open %s: %s; the container's output is dropped", target, e)
             w = None
@@ -176,7 +176,7 @@ class ProcessIO:
     async def _copy_in(self, fifo: str, w: int) -> None:
         loop = asyncio.get_running_loop()
         try:
-            r = await loop.run_in_executor(None, os.open, fifo, os.O_RDONLY)
+            r = await _open_in_thread(os.open, fifo, os.O_RDONLY)
         except OSError as e:
             log.error("cannot open %s: %s", fifo, e)
             return
@@ -200,6 +200,25 @@ def _recv_fd(sock: socket.socket) -> int:
     if not fds:
         raise OSError("runc sent no pty master over the console socket")
     return fds[0]
+
+
+async def _open_in_thread(fn, *args) -> int:
+    """fn(*args) -> fd, in a thread (opening a FIFO may block). If the caller is cancelled
+    meanwhile, the thread still finishes the open: its fd is closed then, not leaked. A FIFO
+    left open here keeps containerd waiting for EOF on it forever (tests/shim/process/
+    test_io.py)."""
+    fut = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        fut.add_done_callback(_close_result)
+        raise
+
+
+def _close_result(fut: asyncio.Future) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        with contextlib.suppress(OSError):
+            os.close(fut.result())
 
 
 def open_output(target: str) -> int:
