@@ -63,7 +63,8 @@ def test_defaults_wire_the_components_together():
     assert (rc["metadata"]["name"], rc["handler"]) == ("snapshot", "snapshot")
     (agent,) = k["DaemonSet"]
     spec = agent["spec"]["template"]["spec"]
-    assert spec["hostPID"] and spec["containers"][0]["securityContext"]["privileged"]
+    assert spec["hostPID"] and spec["containers"][0]["securityContext"] == {
+        "privileged": True, "runAsUser": 0}  # fmt: skip
     assert spec["containers"][0]["command"] == ["snapshotctl", "agent"]
     role = next(r for r in k["ClusterRole"] if r["metadata"]["name"].endswith("-webhook"))
     assert role["rules"][1]["resourceNames"] == [mwc["metadata"]["name"]]
