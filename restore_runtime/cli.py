@@ -84,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--sign-key", type=Path, help="Ed25519 private key (PEM) to sign with")
     a.add_argument("--interval", type=float, default=2.0, help="seconds between passes")
     a.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
+    a.add_argument("--metrics-port", type=int, default=9400, help="Prometheus /metrics; 0: off")
 
     n = sub.add_parser("install-node", help="install the shim on a host, register it with "
                        "containerd (the agent's init container runs this)")  # fmt: skip
@@ -255,7 +256,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         async with await kube.api_client(args.kubeconfig) as api:
-            await Agent(api, cfg).run(args.interval, stop)
+            agent = Agent(api, cfg)
+            if args.metrics_port:
+                agent.metrics.serve(args.metrics_port)
+            await agent.run(args.interval, stop)
 
     asyncio.run(run())
     return 0

@@ -173,6 +173,10 @@ async def test_snapshot_checkpoint_restore_report_delete(control_plane, kubelet,
                         if c["type"] == ann.RESTORED_CONDITION)  # fmt: skip
         assert (restored["status"], restored["reason"]) == ("True", "RestoreSucceeded")
         assert "criu" in restored["message"]
+        sample = agent.metrics.registry.get_sample_value
+        assert sample("snapshot_agent_checkpoints_total", {"result": "captured"}) == 1
+        assert sample("snapshot_agent_restores_reported_total", {"outcome": "restored"}) == 1
+        assert sample("snapshot_agent_artifact_bytes_total") == artifact["sizeBytes"]
         events = api.get(f"/api/v1/namespaces/{NS}/events").json()["items"]
         reasons = {(e["involvedObject"]["name"], e["reason"]) for e in events}
         assert {("warm", "Captured"), ("replica", "RestoreSucceeded")} <= reasons

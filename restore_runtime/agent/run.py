@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from .. import kube
 from ..artifact import signing
@@ -47,11 +48,37 @@ class AgentConfig:
     sign_key: Path | None = None  # Ed25519 private key (PEM): artifacts get a manifest.sig
 
 
+class AgentMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.checkpoints = Counter(
+            "snapshot_agent_checkpoints", "Checkpoints, by result (captured, failed)",
+            ["result"], registry=r,
+        )  # fmt: skip
+        self.checkpoint_seconds = Histogram(
+            "snapshot_agent_checkpoint_seconds", "Checkpoint duration, handshake to artifact",
+            buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600), registry=r,
+        )  # fmt: skip
+        self.artifact_bytes = Counter(
+            "snapshot_agent_artifact_bytes", "Bytes of artifacts written", registry=r
+        )
+        self.restores = Counter(
+            "snapshot_agent_restores_reported",
+            "Restore outcomes reported on pods (restored, fell-back, failed)",
+            ["outcome"], registry=r,
+        )  # fmt: skip
+
+    def serve(self, port: int) -> None:
+        """/metrics on port, from a background thread."""
+        start_http_server(port, registry=self.registry)
+
+
 class Agent:
     def __init__(self, api: client.ApiClient, cfg: AgentConfig) -> None:
         self.api, self.cfg = api, cfg
         self.core = client.CoreV1Api(api)
         self.snapshots = kube.pod_snapshots(api)
+        self.metrics = AgentMetrics()
 
     async def run(self, interval: float, stop: asyncio.Event) -> None:
         log.info("agent for node %s, artifact store %s", self.cfg.node, self.cfg.store)
@@ -112,8 +139,12 @@ class Agent:
             result = await asyncio.to_thread(checkpoint, req)
         except (SnapshotError, OSError) as e:
             log.error("checkpoint of %s/%s failed: %s", ns, name, e)
+            self.metrics.checkpoints.labels("failed").inc()
             return await self._fail(snap, str(e))
         seconds = time.monotonic() - t0
+        self.metrics.checkpoints.labels("captured").inc()
+        self.metrics.checkpoint_seconds.observe(seconds)
+        self.metrics.artifact_bytes.inc(result.manifest.size_bytes)
         status = d.captured(snap, result.manifest, f"file://{result.path}", result.digest, seconds)
         await self.snapshots.patch_status(snap, status)
         msg = f"{result.manifest.size_bytes / 1e9:.2f} GB in {seconds:.1f}s: " + ", ".join(
@@ -155,6 +186,7 @@ class Agent:
 
     async def report(self, pod: dict[str, Any], report: RestoreReport) -> None:
         cond = d.restored_condition(report)
+        self.metrics.restores.labels(report.outcome.value).inc()
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         meta = pod["metadata"]
         # A strategic merge patch merges conditions by type and leaves the kubelet's alone.
