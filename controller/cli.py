@@ -7,20 +7,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 
 from controller.loop import Controller
 from restore_runtime import kube
 
+log = logging.getLogger("snapshot.controller")
+
 
 async def _main(args: argparse.Namespace) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     async with await kube.api_client(args.kubeconfig) as api:
-        await Controller(api).run(args.interval, stop)
+        log.info("reconciling every %gs", args.interval)
+        await kube.resync(Controller(api).reconcile_all, args.interval)
 
 
 def main(argv: list[str] | None = None) -> int:

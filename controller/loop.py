@@ -1,14 +1,11 @@
 """The controller's I/O: read every PodSnapshot and SnapshotJob with what they refer to, ask the
-pure reconcilers what to do, do it. Level-triggered: each pass starts from what the API server
-holds now, so a failed write or a restart is repaired by the next pass."""
+pure reconcilers what to do, do it. One pass is reconcile_all(); kube.resync repeats it."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from datetime import UTC, datetime
-from typing import Any
 
 from kubernetes_asyncio import client
 
@@ -28,41 +25,16 @@ class Controller:
         self.snapshots = kube.pod_snapshots(api)
         self.jobs = kube.snapshot_jobs(api)
 
-    async def run(self, interval: float, stop: asyncio.Event) -> None:
-        log.info("reconciling every %gs", interval)
-        while not stop.is_set():
-            try:
-                await self.reconcile_all()
-            except (ApiException, OSError) as e:
-                log.warning("pass failed, retrying in %gs: %s", interval, e)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
-
     async def reconcile_all(self) -> None:
         for job in await self.jobs.list():
-            await self._guard(self.reconcile_job, job)
+            with kube.isolated(job):
+                await self.reconcile_job(job)
         for snap in await self.snapshots.list():
-            await self._guard(self.reconcile_snapshot, snap)
-
-    async def _guard(self, fn, obj) -> None:
-        # One object's failure (a conflict, a rejected write) must not stop the others.
-        try:
-            await fn(obj)
-        except ApiException as e:
-            log.warning("%s %s/%s: HTTP %s %s", obj.kind, obj.metadata.namespace,
-                        obj.metadata.name, e.status, e.reason)  # fmt: skip
-
-    async def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            pod = await self.core.read_namespaced_pod(name, namespace)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return self.api.sanitize_for_serialization(pod)
+            with kube.isolated(snap):
+                await self.reconcile_snapshot(snap)
 
     async def reconcile_snapshot(self, snap: PodSnapshot) -> None:
-        pod = await self.read_pod(snap.metadata.namespace, snap.spec.source.pod_ref.name)
+        pod = await kube.read_pod(self.api, snap.metadata.namespace, snap.spec.source.pod_ref.name)
         act = snapshots.reconcile(snap, pod)
         if act.add_finalizer:
             await self.snapshots.set_finalizers(
@@ -77,7 +49,7 @@ class Controller:
 
     async def reconcile_job(self, job: SnapshotJob) -> None:
         ns = job.metadata.namespace
-        pod = await self.read_pod(ns, jobs.source_pod_name(job))
+        pod = await kube.read_pod(self.api, ns, jobs.source_pod_name(job))
         snap_name = job.status.pod_snapshot_name or job.metadata.name
         snap = await self.snapshots.get(ns, snap_name)
         act = jobs.reconcile(job, pod, snap, datetime.now(UTC))

@@ -12,15 +12,14 @@ from typing import Any
 
 from restore_runtime.contracts.crd import (
     ARTIFACT_FINALIZER,
-    ConditionStatus,
     PodSnapshot,
     PodSnapshotConditions,
     PodSnapshotReasons,
     PodSnapshotStatus,
     SourceInfo,
     condition_true,
-    set_condition,
 )
+from restore_runtime.podspec import container_status, is_running
 
 READY, FAILED = PodSnapshotConditions.READY, PodSnapshotConditions.FAILED
 R = PodSnapshotReasons
@@ -53,32 +52,22 @@ def reconcile(snap: PodSnapshot, pod: dict[str, Any] | None) -> SnapshotActions:
         return out  # captured, failed, or in the agent's hands
 
     problem, waiting = source_problem(snap, pod)
-    conds = snap.status.conditions
     if problem and not waiting:
-        conds = set_condition(conds, READY, ConditionStatus.FALSE, R.INVALID_SOURCE, problem)
-        conds = set_condition(conds, FAILED, ConditionStatus.TRUE, R.INVALID_SOURCE, problem)
-        out.status = snap.status.model_copy(update={"conditions": conds})
+        out.status = snap.status.failed(R.INVALID_SOURCE, problem)
         out.events.append(("Warning", R.INVALID_SOURCE, problem))
     elif problem:
-        out.status = _with_ready_false(snap, R.WAITING_FOR_SOURCE, problem)
+        out.status = snap.status.not_ready(R.WAITING_FOR_SOURCE, problem)
     else:
         assert pod is not None
         node = pod["spec"]["nodeName"]
-        out.status = _with_ready_false(
-            snap, R.CHECKPOINT_PENDING, f"waiting for the snapshot agent on node {node}"
+        out.status = snap.status.not_ready(
+            R.CHECKPOINT_PENDING, f"waiting for the snapshot agent on node {node}"
         )
         out.status.source = SourceInfo(node_name=node)
         out.events.append(("Normal", R.CHECKPOINT_PENDING, f"checkpoint handed to node {node}"))
     if out.status is not None and out.status == snap.status:
         out.status = None
     return out
-
-
-def _with_ready_false(snap: PodSnapshot, reason: str, message: str) -> PodSnapshotStatus:
-    return snap.status.model_copy(
-        update={"conditions": set_condition(snap.status.conditions, READY,
-                                            ConditionStatus.FALSE, reason, message)}
-    )  # fmt: skip
 
 
 def source_problem(snap: PodSnapshot, pod: dict[str, Any] | None) -> tuple[str | None, bool]:
@@ -97,12 +86,6 @@ def source_problem(snap: PodSnapshot, pod: dict[str, Any] | None) -> tuple[str |
         return f"source pod {ref.name} has finished ({phase})", False
     if not pod["spec"].get("nodeName"):
         return f"source pod {ref.name} is not scheduled yet", True
-    status = container_status(pod, name)
-    if phase != "Running" or status is None or "running" not in (status.get("state") or {}):
+    if phase != "Running" or not is_running(container_status(pod, name)):
         return f"container {name!r} of source pod {ref.name} is not running yet", True
     return None, False
-
-
-def container_status(pod: dict[str, Any], name: str | None) -> dict[str, Any] | None:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return next((s for s in statuses if s.get("name") == name), None)

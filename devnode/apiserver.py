@@ -11,7 +11,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import socket
 import ssl
 import subprocess
 import time
@@ -25,18 +24,13 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from devnode import free_port
 from devnode.cri import TOOLS_BIN
 from webhook import certs
 
 KUBE_APISERVER = TOOLS_BIN / "kube-apiserver"
 CHART = Path(__file__).resolve().parent.parent / "charts" / "snapshot"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def missing() -> str | None:

@@ -235,7 +235,6 @@ def _phases(t: dict[str, float]) -> str:
 
 def cmd_agent(args: argparse.Namespace) -> int:
     import asyncio
-    import signal
 
     from . import kube  # the control-plane libraries load only for the agent
     from .agent.run import Agent, AgentConfig
@@ -252,14 +251,14 @@ def cmd_agent(args: argparse.Namespace) -> int:
     )
 
     async def run() -> None:
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
         async with await kube.api_client(args.kubeconfig) as api:
             agent = Agent(api, cfg)
             if args.metrics_port:
                 agent.metrics.serve(args.metrics_port)
-            await agent.run(args.interval, stop)
+            logging.getLogger("snapshot.agent").info(
+                "agent for node %s, artifact store %s", cfg.node, cfg.store
+            )
+            await kube.resync(agent.pass_once, args.interval)
 
     asyncio.run(run())
     return 0

@@ -7,8 +7,12 @@ the shim and snapshotctl never load it."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
+import signal
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
@@ -18,7 +22,16 @@ from pydantic import BaseModel, ValidationError
 
 from restore_runtime.contracts import crd
 
-__all__ = ["ApiException", "CustomResources", "api_client", "pod_snapshots", "snapshot_jobs"]
+__all__ = [
+    "ApiException",
+    "CustomResources",
+    "api_client",
+    "isolated",
+    "pod_snapshots",
+    "read_pod",
+    "resync",
+    "snapshot_jobs",
+]  # fmt: skip
 log = logging.getLogger(__name__)
 
 # The generated client sends a dict body to custom objects as a JSON patch; they need a merge patch.
@@ -101,6 +114,44 @@ class CustomResources(Generic[M]):
             *self._args(obj.metadata.namespace), obj.metadata.name, {"metadata": meta},
             _content_type=MERGE_PATCH,
         )  # fmt: skip
+
+
+async def resync(pass_once: Callable[[], Awaitable[None]], interval: float) -> None:
+    """Runs pass_once every interval seconds until SIGTERM or SIGINT. Level-triggered: each
+    pass starts from what the API server holds, so a failed pass is repaired by the next."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    while not stop.is_set():
+        try:
+            await pass_once()
+        except (ApiException, OSError) as e:
+            log.warning("pass failed, retrying in %gs: %s", interval, e)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+
+
+@contextlib.contextmanager
+def isolated(obj: crd.PodSnapshot | crd.SnapshotJob) -> Iterator[None]:
+    """Work on one object of a pass: an API error (a conflict, a rejected write) is logged
+    and the pass goes on with the next object; the next pass retries this one."""
+    try:
+        yield
+    except ApiException as e:
+        log.warning("%s %s/%s: HTTP %s %s", obj.kind, obj.metadata.namespace,
+                    obj.metadata.name, e.status, e.reason)  # fmt: skip
+
+
+async def read_pod(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """The pod as the API server returns it (camelCase dict), or None when it does not exist."""
+    try:
+        pod = await client.CoreV1Api(api).read_namespaced_pod(name, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return api.sanitize_for_serialization(pod)
 
 
 def pod_snapshots(api: client.ApiClient) -> CustomResources[crd.PodSnapshot]:

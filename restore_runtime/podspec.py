@@ -1,5 +1,6 @@
 """Pod spec edits shared by the webhook (restore pods) and the controller (SnapshotJob source
-pods): both give one container the control directory of the workload handshake."""
+pods): both give one container the control directory of the workload handshake. And the
+reading of a container's status, shared by the controller and the node agent."""
 
 from __future__ import annotations
 
@@ -27,3 +28,13 @@ def add_control_dir(spec: dict[str, Any], container_name: str) -> str:
     if not any(m.get("mountPath") == control_dir for m in mounts):
         mounts.append({"name": CONTROL_VOLUME, "mountPath": control_dir})
     return control_dir
+
+
+def container_status(pod: dict[str, Any], name: str | None) -> dict[str, Any] | None:
+    """The kubelet's status of container `name` in a pod (as the API server returns it)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((s for s in statuses if s.get("name") == name), None)
+
+
+def is_running(status: dict[str, Any] | None) -> bool:
+    return status is not None and "running" in (status.get("state") or {})

@@ -5,23 +5,17 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from devnode import free_port
 from restore_runtime import sandbox
 from restore_runtime.probe import first_response, parse
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTER = ROOT / "tests" / "workloads" / "counter_server.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ask(host: str, port: int, timeout: float = 10.0) -> dict[str, str]:

@@ -25,6 +25,7 @@ from restore_runtime.agent.run import Agent, AgentConfig
 from restore_runtime.contracts import annotations as ann
 from restore_runtime.contracts.handshake import DEFAULT_CONTROL_DIR
 from tests.conftest import requires_containerd
+from tests.controller.objects import conditions
 from tests.helpers import ROOT, ask
 from tests.webhook.conftest import chart_webhook_registered, webhook_process
 
@@ -102,11 +103,6 @@ def kubelet(control_plane, containerd, tmp_path):
         yield k
         for sandbox in k.sandboxes:
             k.crictl.remove_pod(sandbox)
-
-
-def conditions(obj: dict) -> dict[str, tuple[str, str]]:
-    return {c["type"]: (c["status"], c.get("reason", "")) for c in
-            obj.get("status", {}).get("conditions", [])}  # fmt: skip
 
 
 async def test_snapshot_checkpoint_restore_report_delete(control_plane, kubelet, tmp_path):

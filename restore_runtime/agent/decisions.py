@@ -22,7 +22,7 @@ from ..contracts.crd import (
 )
 from ..contracts.manifest import Manifest
 from ..contracts.report import RestoreReport
-from ..podspec import CONTROL_VOLUME
+from ..podspec import CONTROL_VOLUME, container_status, is_running
 
 R = PodSnapshotReasons
 READY, FAILED = PodSnapshotConditions.READY, PodSnapshotConditions.FAILED
@@ -71,25 +71,19 @@ def control_dir(kubelet_root: Path, pod_uid: str) -> Path:
 
 def container_id(pod: dict[str, Any], name: str) -> str | None:
     """The runtime's id of a running container from the pod status ("containerd://<id>")."""
-    for s in (pod.get("status") or {}).get("containerStatuses") or []:
-        if s.get("name") == name and "running" in (s.get("state") or {}):
-            cid = s.get("containerID") or ""
-            return cid.split("://", 1)[-1] or None
-    return None
+    status = container_status(pod, name)
+    if not is_running(status):
+        return None
+    return (status.get("containerID") or "").split("://", 1)[-1] or None
 
 
 def image_digest(pod: dict[str, Any], name: str) -> str | None:
-    for s in (pod.get("status") or {}).get("containerStatuses") or []:
-        if s.get("name") == name and "@" in (s.get("imageID") or ""):
-            return s["imageID"].rsplit("@", 1)[-1]
-    return None
+    image_id = (container_status(pod, name) or {}).get("imageID") or ""
+    return image_id.rsplit("@", 1)[-1] if "@" in image_id else None
 
 
 def checkpointing(snap: PodSnapshot) -> PodSnapshotStatus:
-    conds = set_condition(
-        snap.status.conditions, READY, ConditionStatus.FALSE, R.CHECKPOINTING, "dumping"
-    )
-    return snap.status.model_copy(update={"conditions": conds})
+    return snap.status.not_ready(R.CHECKPOINTING, "dumping")
 
 
 def captured(
@@ -116,9 +110,7 @@ def captured(
 
 
 def failed(snap: PodSnapshot, reason: str, message: str) -> PodSnapshotStatus:
-    conds = set_condition(snap.status.conditions, READY, ConditionStatus.FALSE, reason, message)
-    conds = set_condition(conds, FAILED, ConditionStatus.TRUE, reason, message)
-    return snap.status.model_copy(update={"conditions": conds})
+    return snap.status.failed(reason, message)
 
 
 @dataclass(frozen=True)

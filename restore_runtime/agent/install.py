@@ -30,40 +30,38 @@ from ..errors import SnapshotError
 
 log = logging.getLogger("snapshot.install")
 
-CRI_TABLES = {
-    2: 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes',  # containerd 1.x
-    3: 'plugins."io.containerd.cri.v1.runtime".containerd.runtimes',  # containerd 2.x
-}
+# containerd's CRI plugin, by config version (1.x writes version 2, 2.x version 3)
+CRI_PLUGINS = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 SHIM_NAME = "containerd-shim-snapshot-v2"
 # what the shim never imports: tests, GUI, the base installation's own packages
 STDLIB_SKIP = shutil.ignore_patterns("__pycache__", "test", "tests", "idlelib", "tkinter",
                                      "turtledemo", "ensurepip", "site-packages")  # fmt: skip
 
 
+def _runtime_path(version: int, handler: str) -> list[str]:
+    if version not in CRI_PLUGINS:
+        raise SnapshotError(f"containerd config version {version} is not supported")
+    return ["plugins", CRI_PLUGINS[version], "containerd", "runtimes", handler]
+
+
 def runtime_table(config_version: int, handler: str = "snapshot") -> str:
-    if config_version not in CRI_TABLES:
-        raise SnapshotError(f"containerd config version {config_version} is not supported")
+    plugins, plugin, *rest = _runtime_path(config_version, handler)
+    table = ".".join([plugins, f'"{plugin}"', *rest])  # the plugin name has dots: quoted
     return (
         f"\n# added by snapshotctl install-node: runtime handler {handler!r} (RuntimeClass)\n"
-        f"[{CRI_TABLES[config_version]}.{handler}]\n"
+        f"[{table}]\n"
         '  runtime_type = "io.containerd.snapshot.v2"\n'
         '  pod_annotations = ["nvidia.com/*", "snapshot.nvidia.com/*"]\n'
     )
 
 
 def registered(config: dict, handler: str = "snapshot") -> bool:
-    version = config.get("version", 1)
     node = config
-    for key in ("plugins", *_keys(version), handler):
+    for key in _runtime_path(config.get("version", 1), handler):
         if not isinstance(node, dict) or key not in node:
             return False
         node = node[key]
     return True
-
-
-def _keys(version: int) -> list[str]:
-    plugin = "io.containerd.grpc.v1.cri" if version == 2 else "io.containerd.cri.v1.runtime"
-    return [plugin, "containerd", "runtimes"]
 
 
 def with_runtime(config_text: str, handler: str = "snapshot") -> str | None:
@@ -72,11 +70,11 @@ def with_runtime(config_text: str, handler: str = "snapshot") -> str | None:
         config = tomllib.loads(config_text)
     except tomllib.TOMLDecodeError as e:
         raise SnapshotError(f"containerd config does not parse: {e}") from e
-    if registered(config, handler):
-        return None
     version = config.get("version", 1)
     if version == 1:
         raise SnapshotError("containerd config version 1 is not supported: migrate it to v2")
+    if registered(config, handler):
+        return None
     return config_text.rstrip("\n") + "\n" + runtime_table(version, handler)
 
 

@@ -11,7 +11,6 @@ workload, briefly GPU memory), in a thread, so the loop keeps answering."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 import time
@@ -31,7 +30,6 @@ from ..contracts.report import RestoreReport
 from ..errors import SnapshotError
 from ..executor.checkpoint import CheckpointRequest, checkpoint
 from ..executor.runners import RuncContainer
-from ..kube import ApiException
 from . import decisions as d
 
 log = logging.getLogger("snapshot.agent")
@@ -80,37 +78,21 @@ class Agent:
         self.snapshots = kube.pod_snapshots(api)
         self.metrics = AgentMetrics()
 
-    async def run(self, interval: float, stop: asyncio.Event) -> None:
-        log.info("agent for node %s, artifact store %s", self.cfg.node, self.cfg.store)
-        while not stop.is_set():
-            try:
-                await self.pass_once()
-            except (ApiException, OSError) as e:
-                log.warning("pass failed, retrying in %gs: %s", interval, e)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
-
     async def pass_once(self) -> None:
         for snap in await self.snapshots.list():
-            try:
+            with kube.isolated(snap):
                 if d.interrupted(snap, self.cfg.node):
                     await self._fail(snap, "the agent restarted during the checkpoint")
                 elif d.to_checkpoint(snap, self.cfg.node):
                     await self.checkpoint(snap)
                 elif d.to_delete(snap, self.cfg.node):
                     await self.delete_artifact(snap)
-            except ApiException as e:
-                log.warning("PodSnapshot %s/%s: HTTP %s %s", snap.metadata.namespace,
-                            snap.metadata.name, e.status, e.reason)  # fmt: skip
         await self.report_restores()
 
     async def checkpoint(self, snap: PodSnapshot) -> None:
         ns, name = snap.metadata.namespace, snap.spec.source.pod_ref.name
-        try:
-            pod = self.api.sanitize_for_serialization(await self.core.read_namespaced_pod(name, ns))
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        pod = await kube.read_pod(self.api, ns, name)
+        if pod is None:
             return await self._fail(snap, f"source pod {name} no longer exists")
         cid = d.container_id(pod, snap.container or "")
         if cid is None:

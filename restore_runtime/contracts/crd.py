@@ -130,6 +130,21 @@ class PodSnapshotStatus(_Model):
     checkpoint_seconds: float | None = None
     source: SourceInfo | None = None
 
+    def not_ready(self, reason: str, message: str) -> PodSnapshotStatus:
+        """This status with Ready=False for `reason` (waiting, pending, checkpointing)."""
+        conds = set_condition(
+            self.conditions, PodSnapshotConditions.READY, ConditionStatus.FALSE, reason, message
+        )
+        return self.model_copy(update={"conditions": conds})
+
+    def failed(self, reason: str, message: str) -> PodSnapshotStatus:
+        """This status with Ready=False and Failed=True, both for `reason`."""
+        conds = self.not_ready(reason, message).conditions
+        conds = set_condition(
+            conds, PodSnapshotConditions.FAILED, ConditionStatus.TRUE, reason, message
+        )
+        return self.model_copy(update={"conditions": conds})
+
 
 class PodSnapshotConditions:
     READY = "Ready"

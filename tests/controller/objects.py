@@ -46,3 +46,9 @@ def job(status=None, deadline=3600):
                  "activeDeadlineSeconds": deadline},
         "status": status or {},
     })  # fmt: skip
+
+
+def conditions(obj: dict) -> dict[str, tuple[str, str]]:
+    """An object's conditions as the API server stores them: type -> (status, reason)."""
+    return {c["type"]: (c["status"], c.get("reason", "")) for c in
+            obj.get("status", {}).get("conditions", [])}  # fmt: skip

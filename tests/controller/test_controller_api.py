@@ -14,6 +14,7 @@ import pytest
 from controller.loop import Controller
 from restore_runtime import kube
 from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, JOB_LABEL
+from tests.controller.objects import conditions
 
 pytestmark = pytest.mark.slow
 GROUP = "/apis/nvidia.com/v1alpha1"
@@ -62,11 +63,6 @@ def create(c, ns: str, plural: str, body: dict) -> dict:
 def snapshot_body(name: str, pod: str = "src") -> dict:
     return {"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot", "metadata": {"name": name},
             "spec": {"source": {"podRef": {"name": pod}, "containers": ["main"]}}}  # fmt: skip
-
-
-def conditions(obj: dict) -> dict[str, tuple[str, str]]:
-    return {c["type"]: (c["status"], c.get("reason", "")) for c in
-            obj.get("status", {}).get("conditions", [])}  # fmt: skip
 
 
 async def test_pod_snapshot_is_handed_to_the_source_node(control_plane, controller, ns):

@@ -13,8 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devnode import chart
-from devnode.apiserver import free_port
+from devnode import chart, free_port
 
 
 @dataclass
