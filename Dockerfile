@@ -1,6 +1,7 @@
 # One image for every cluster component: snapshot-webhook, snapshot-controller and the node
-# agent (snapshotctl agent, which runs runc and CRIU). The shim itself runs on the host, under
-# containerd (docs/install.md).
+# agent (snapshot-agent run, which runs runc and CRIU). The shim itself runs on the host, under
+# containerd; the agent's init container (snapshot-agent install-node) puts it there
+# (docs/kubernetes.md).
 #
 #   docker build -t <registry>/snapshot:0.1.0 .
 FROM debian:trixie-slim
@@ -20,6 +21,8 @@ COPY restore_runtime /src/restore_runtime
 COPY shim /src/shim
 COPY webhook /src/webhook
 COPY controller /src/controller
+COPY agent /src/agent
+COPY kubeclient /src/kubeclient
 COPY scripts/link-pycriu.sh /src/scripts/
 RUN python3 -m venv /opt/snapshot \
  && /opt/snapshot/bin/pip install --no-cache-dir '/src[control,gpu]' \

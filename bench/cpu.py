@@ -32,12 +32,12 @@ from pathlib import Path
 
 from devnode.containerd import Containerd
 from devnode.cri import Crictl
+from devnode.probe import first_response, parse
 from examples.cpu_demo.run import PORT, RUNC_ROOT, start_pod
 from restore_runtime.contracts.annotations import ARTIFACT
 from restore_runtime.contracts.handshake import RESTORE_REPORT
 from restore_runtime.executor import CheckpointRequest, checkpoint
 from restore_runtime.executor.runners import RuncContainer
-from restore_runtime.probe import first_response, parse
 
 WORKLOADS = {
     "digits": "random forest, 400 trees (scikit-learn digits)",

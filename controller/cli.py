@@ -10,7 +10,7 @@ import logging
 import sys
 
 from controller.loop import Controller
-from restore_runtime import kube
+from kubeclient import api as kube
 
 log = logging.getLogger("snapshot.controller")
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kubeclient.podspec import add_control_dir
 from restore_runtime.contracts.crd import (
     API_VERSION,
     JOB_LABEL,
@@ -31,7 +32,6 @@ from restore_runtime.contracts.crd import (
     condition_true,
     set_condition,
 )
-from restore_runtime.podspec import add_control_dir
 
 C = SnapshotJobConditions
 T, F = ConditionStatus.TRUE, ConditionStatus.FALSE

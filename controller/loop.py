@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from kubernetes_asyncio import client
 
 from controller import jobs, snapshots
-from restore_runtime import kube
+from kubeclient import api as kube
+from kubeclient.api import ApiException
 from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, PodSnapshot, SnapshotJob
-from restore_runtime.kube import ApiException
 
 log = logging.getLogger("snapshot.controller")
 COMPONENT = "snapshot-controller"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubeclient.podspec import container_status, is_running
 from restore_runtime.contracts.crd import (
     ARTIFACT_FINALIZER,
     PodSnapshot,
@@ -19,7 +20,6 @@ from restore_runtime.contracts.crd import (
     SourceInfo,
     condition_true,
 )
-from restore_runtime.podspec import container_status, is_running
 
 READY, FAILED = PodSnapshotConditions.READY, PodSnapshotConditions.FAILED
 R = PodSnapshotReasons

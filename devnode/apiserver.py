@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from devnode import free_port
 from devnode.cri import TOOLS_BIN
-from webhook import certs
+from kubeclient import certs
 
 KUBE_APISERVER = TOOLS_BIN / "kube-apiserver"
 CHART = Path(__file__).resolve().parent.parent / "charts" / "snapshot"

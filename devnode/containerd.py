@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
+from restore_runtime.contracts.runtime import runtime_table
+
 from . import registry
 from .images import write_oci_archive
 
@@ -21,11 +23,7 @@ PAUSE_IMAGE = "localhost/snapshot/pause:1"
 BUSYBOX_IMAGE = "localhost/snapshot/busybox:1"
 CNI_BIN = "/usr/lib/cni"
 
-SNAPSHOT_RUNTIME = """\
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.snapshot]
-      runtime_type = "io.containerd.snapshot.v2"
-      pod_annotations = ["nvidia.com/*", "snapshot.nvidia.com/*"]
-"""
+SNAPSHOT_RUNTIME = runtime_table(2)
 
 
 def cri_section(base: Path, with_snapshot: bool) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from .errors import SnapshotError
 from .executor import CheckpointRequest, RestoreRequest, checkpoint, restore
 from .executor.runners import RuncContainer
 from .progress import Progress, human
+from .timing import phases_text
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,26 +74,6 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--control-dir", type=Path, help="exported as SNAPSHOT_CONTROL_DIR")
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
-    a = sub.add_parser("agent", help="run the node agent (the chart's DaemonSet runs this)")
-    a.add_argument("--node", default=os.environ.get("NODE_NAME"), help="default: $NODE_NAME")
-    a.add_argument("--store", type=Path, default=Path("/var/lib/snapshot/artifacts"),
-                   help="artifact store: the same path on every node that may restore")  # fmt: skip
-    a.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"))
-    a.add_argument("--runc-root", type=Path, default=Path("/run/containerd/runc/k8s.io"))
-    a.add_argument("--handshake-timeout", type=float, default=300.0, metavar="S")
-    a.add_argument("--sign-key", type=Path, help="Ed25519 private key (PEM) to sign with")
-    a.add_argument("--interval", type=float, default=2.0, help="seconds between passes")
-    a.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
-    a.add_argument("--metrics-port", type=int, default=9400, help="Prometheus /metrics; 0: off")
-
-    n = sub.add_parser("install-node", help="install the shim on a host, register it with "
-                       "containerd (the agent's init container runs this)")  # fmt: skip
-    n.add_argument("--host-root", type=Path, required=True, help="where the host's / is mounted")
-    n.add_argument("--prefix", type=Path, default=Path("/opt/snapshot"))
-    n.add_argument("--containerd-config", type=Path, default=Path("/etc/containerd/config.toml"))
-    n.add_argument("--verify-key", type=Path, help="Ed25519 public key restores must match")
-    n.add_argument("--restart-containerd", action="store_true",
-                   help="restart containerd (systemd) if its config changed")  # fmt: skip
     return p
 
 
@@ -125,7 +105,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         {"artifact": str(res.path), "manifestDigest": res.digest, "sizeBytes": m.size_bytes,
          "cuda": m.uses_cuda, "timings": m.timings},
         f"checkpointed {args.container or f'PID {args.pid}'} -> {res.path} ({human(m.size_bytes)}, "
-        f"{m.timings['total']:.2f}s: {_phases(m.timings)})",
+        f"{m.timings['total']:.2f}s: {phases_text(m.timings)})",
     )  # fmt: skip
     return 0
 
@@ -162,7 +142,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         args,
         json.loads(report.to_json()),
         f"restored {args.artifact} as PID {report.pid} in {report.timings['total']:.2f}s "
-        f"({_phases(report.timings)})",
+        f"({phases_text(report.timings)})",
     )
     return 0
 
@@ -204,7 +184,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"driver       {c.driver_version} (CUDA {c.cuda_driver_version})")
     print(f"network      pod IPs {m.network.pod_ips or '-'}")
     print(f"size         {human(m.size_bytes)} in {len(m.files)} files")
-    print(f"timings      {m.timings.get('total', 0):.2f}s: {_phases(m.timings)}")
+    print(f"timings      {m.timings.get('total', 0):.2f}s: {phases_text(m.timings)}")
     return 0
 
 
@@ -229,56 +209,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _phases(t: dict[str, float]) -> str:
-    return ", ".join(f"{k} {v:.2f}s" for k, v in t.items() if k not in ("total",))
-
-
-def cmd_agent(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from . import kube  # the control-plane libraries load only for the agent
-    from .agent.run import Agent, AgentConfig
-
-    if not args.node:
-        raise SnapshotError("give --node or set NODE_NAME (the downward API's spec.nodeName)")
-    cfg = AgentConfig(
-        node=args.node,
-        store=args.store,
-        kubelet_root=args.kubelet_root,
-        runc_root=args.runc_root,
-        handshake_timeout_s=args.handshake_timeout,
-        sign_key=args.sign_key,
-    )
-
-    async def run() -> None:
-        async with await kube.api_client(args.kubeconfig) as api:
-            agent = Agent(api, cfg)
-            if args.metrics_port:
-                agent.metrics.serve(args.metrics_port)
-            logging.getLogger("snapshot.agent").info(
-                "agent for node %s, artifact store %s", cfg.node, cfg.store
-            )
-            await kube.resync(agent.pass_once, args.interval)
-
-    asyncio.run(run())
-    return 0
-
-
-def cmd_install_node(args: argparse.Namespace) -> int:
-    import subprocess
-
-    from .agent.install import install
-
-    res = install(args.host_root, args.prefix, args.containerd_config, args.verify_key)
-    print(f"shim: {res.shim}; containerd config {'updated' if res.config_changed else 'unchanged'}")
-    if res.config_changed and args.restart_containerd:
-        # containers keep running across a containerd restart (their shims outlive it)
-        subprocess.run(["nsenter", "--target", "1", "--mount", "--", "systemctl", "restart",
-                        "containerd"], check=True)  # fmt: skip
-        print("containerd restarted")
-    return 0
-
-
 COMMANDS = {
     "checkpoint": cmd_checkpoint,
     "restore": cmd_restore,
@@ -286,8 +216,6 @@ COMMANDS = {
     "inspect": cmd_inspect,
     "keygen": cmd_keygen,
     "run": cmd_run,
-    "agent": cmd_agent,
-    "install-node": cmd_install_node,
 }
 
 

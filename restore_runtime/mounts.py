@@ -41,3 +41,19 @@ def unmount(target: str) -> None:
         err = ctypes.get_errno()
         if err not in (22, 2):  # EINVAL: not mounted; ENOENT: gone
             raise OSError(err, f"umount {target}: {os.strerror(err)}")
+
+
+#: characters with a meaning inside overlayfs's option string (separators and its escape)
+_OVERLAY_SPECIAL = set(":,\\\n=")
+
+
+def overlay_option(key: str, path: str | os.PathLike) -> str:
+    """``key=path`` for an overlay mount. A path holding one of overlayfs's separators would
+    change the mount (``:`` adds a lower layer, ``,`` another option), so it is refused
+    rather than escaped: kernels differ in the escapes they honour."""
+    text = os.fspath(path)
+    if bad := sorted(_OVERLAY_SPECIAL & set(text)):
+        raise OSError(
+            22, f"{key} path {text!r} contains {''.join(bad)!r}, unusable in an overlay mount"
+        )
+    return f"{key}={text}"

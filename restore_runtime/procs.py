@@ -3,7 +3,10 @@ PIDs inside a PID namespace map to host PIDs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import time
 from pathlib import Path
 
 from .errors import SnapshotError
@@ -42,6 +45,32 @@ def tree(pid: int) -> list[int]:
         out.append(p)
         todo += children(p)
     return out
+
+
+def continue_tree(pid: int) -> None:
+    """SIGCONT to a stopped tree (CRIU left it stopped), parents first."""
+    for p in tree(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGCONT)
+
+
+def kill_tree(pid: int, timeout_s: float) -> None:
+    """SIGKILL ``pid`` and its descendants, and wait until none of their PIDs is in use
+    (reaping those that are our children), so a retry can restore the same PIDs."""
+    pids = tree(pid)
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    while pids and time.monotonic() < deadline:
+        for p in pids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(p, os.WNOHANG)
+        pids = [p for p in pids if exists(p)]
+        if pids:
+            time.sleep(0.01)
+    if pids:
+        raise SnapshotError(f"restored processes {pids} did not go away within {timeout_s:g}s")
 
 
 def ns_pid(pid: int) -> int:

@@ -35,3 +35,9 @@ class PhaseTimer:
         out["total"] = round(total, 4)
         out["unaccounted"] = round(max(0.0, total - sum(self.phases.values())), 4)
         return out
+
+
+def phases_text(timings: dict[str, float]) -> str:
+    """``verify 0.01s, setup 0.26s, ...``: phase timings as logs, events and the CLI show
+    them (the total is shown apart)."""
+    return ", ".join(f"{k} {v:.2f}s" for k, v in timings.items() if k != "total")

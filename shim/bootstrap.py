@@ -153,10 +153,10 @@ def dump_stacks() -> None:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    from .restore import make_restorer
-    from .runc.driver import Runc
+    from restore_runtime.runc import Runc
+
+    from .reaper import Reaper, become_subreaper
     from .task.events import Publisher
-    from .task.exits import Reaper, become_subreaper
     from .task.service import SERVICE, TaskService
     from .ttrpc.server import serve_unix
 
@@ -170,9 +170,9 @@ async def serve(args: argparse.Namespace) -> None:
     ttrpc_address = os.environ.get("TTRPC_ADDRESS") or f"{args.address}.ttrpc"
     publisher = Publisher(ttrpc_address, args.namespace)
     publisher.start()
-    runc = Runc(root=RUNC_ROOT / args.namespace, log_dir=workdir, reaper=reaper)
+    runc = Runc(root=RUNC_ROOT / args.namespace, log_dir=workdir, runner=reaper)
     stop = asyncio.Event()
-    service = TaskService(runc, reaper, publisher, workdir, make_restorer, on_empty=stop.set)
+    service = TaskService(runc, reaper, publisher, workdir, on_empty=stop.set)
     fd = int(os.environ.get("SNAPSHOT_SHIM_LISTEN_FD", "3"))
     sock = socket.socket(fileno=fd)
     server = await serve_unix(service.handlers(), sock=sock)

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from devnode import free_port
+from devnode.probe import first_response, parse
 from restore_runtime import sandbox
-from restore_runtime.probe import first_response, parse
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTER = ROOT / "tests" / "workloads" / "counter_server.py"

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agent import decisions
+from agent.run import Agent, AgentConfig
 from controller.loop import Controller
 from devnode import workloads
 from devnode.cri import TOOLS_BIN, Crictl
-from restore_runtime import kube
-from restore_runtime.agent import decisions
-from restore_runtime.agent.run import Agent, AgentConfig
+from kubeclient import api as kube
 from restore_runtime.contracts import annotations as ann
 from restore_runtime.contracts.handshake import DEFAULT_CONTROL_DIR
 from tests.conftest import requires_containerd

@@ -110,7 +110,11 @@ async def _decide(
 ) -> mutate.Decision:
     if req.kind.kind != "Pod" or req.object is None:
         return mutate.Decision(allowed=True)
-    name, _ = mutate.restore_request(req.object)
+    annotations = (req.object.get("metadata") or {}).get("annotations") or {}
+    try:
+        name = ann.RestoreAnnotations.parse(annotations).restore_from
+    except ann.AnnotationError:
+        name = None  # decide() denies it with the reason
     found = None
     if name is not None:
         found = await lookup(req.namespace, name)
@@ -122,7 +126,14 @@ async def _decide(
 
 
 def _on_error(req: review.AdmissionRequest, error: Exception) -> mutate.Decision:
+    """An unexpected error admits the pod without a restore, unless it asks for ``strict``
+    or carries webhook-only annotations, which must never pass unchecked."""
     annotations = ((req.object or {}).get("metadata") or {}).get("annotations") or {}
+    internal = sorted(k for k in annotations if str(k).startswith(ann.INTERNAL_PREFIX))
+    if internal:
+        return mutate.Decision.deny(
+            f"snapshot webhook error ({error}) on a pod carrying {internal}"
+        )
     if annotations.get(ann.RESTORE_POLICY) == ann.RestorePolicy.STRICT.value:
         return mutate.Decision.deny(f"snapshot webhook error: {error}")
     return mutate.Decision(

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import uvicorn
 
-from restore_runtime import kube
-from webhook import certs
+from kubeclient import api as kube
+from kubeclient import certs
 from webhook.app import create_app
 from webhook.lookup import snapshot_lookup
 from webhook.mutate import DEFAULT_RUNTIME_CLASS

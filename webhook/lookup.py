@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
+from kubeclient.api import ApiException, CustomResources
 from restore_runtime.contracts.crd import PodSnapshot
-from restore_runtime.kube import ApiException, CustomResources
 from webhook.mutate import Found, Lookup, NotFound, Unavailable
 
 LookupFn = Callable[[str, str], Awaitable[Lookup]]

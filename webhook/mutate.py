@@ -15,9 +15,9 @@ from typing import Any
 
 import jsonpatch
 
+from kubeclient.podspec import add_control_dir
 from restore_runtime.contracts import annotations as ann
 from restore_runtime.contracts.crd import PodSnapshot
-from restore_runtime.podspec import add_control_dir
 
 # GPU feature discovery's node labels.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -61,17 +61,6 @@ class Decision:
         return cls(allowed=False, message=message, result="denied")
 
 
-def restore_request(pod: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(PodSnapshot name, error) for a pod; (None, None) when it asks for no restore."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    name = annotations.get(ann.RESTORE_FROM)
-    if name is None:
-        return None, None
-    if not isinstance(name, str) or not name.strip():
-        return None, f"annotation {ann.RESTORE_FROM} is empty; name a PodSnapshot in this namespace"
-    return name.strip(), None
-
-
 def decide(
     pod: dict[str, Any],
     namespace: str,
@@ -80,17 +69,13 @@ def decide(
 ) -> Decision:
     """The admission decision for pod; lookup is None when the pod names no PodSnapshot."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    name, error = restore_request(pod)
-    if error:
-        return Decision.deny(error)
-    raw_policy = annotations.get(ann.RESTORE_POLICY, ann.RestorePolicy.FALLBACK.value)
     try:
-        policy = ann.RestorePolicy(raw_policy)
-    except ValueError:
-        valid = ", ".join(p.value for p in ann.RestorePolicy)
-        return Decision.deny(f"{ann.RESTORE_POLICY}={raw_policy!r} is not one of: {valid}")
-
-    user_internal = {k: v for k, v in annotations.items() if k.startswith(ann.INTERNAL_PREFIX)}
+        parsed = ann.RestoreAnnotations.parse(annotations)
+    except ann.AnnotationError as e:
+        internal = {k: v for k, v in annotations.items() if k.startswith(ann.INTERNAL_PREFIX)}
+        return Decision.deny(_internal_message(internal) if internal else str(e))
+    name, policy = parsed.restore_from, parsed.policy
+    user_internal = {k: annotations[k] for k in parsed.internal}
     if name is None or lookup is None:
         if user_internal:
             return Decision.deny(_internal_message(user_internal))

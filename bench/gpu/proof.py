@@ -27,9 +27,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
+from devnode.probe import first_response  # noqa: E402
 from restore_runtime.contracts.handshake import RESTORE_COMPLETE, RestoreComplete  # noqa: E402
 from restore_runtime.criu import options  # noqa: E402
-from restore_runtime.probe import first_response  # noqa: E402
 
 CTL = [sys.executable, "-m", "restore_runtime.cli"]
 STARTED: list[int] = []  # workers started here, killed on the way out

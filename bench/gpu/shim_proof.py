@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT))
 
 from devnode import workloads  # noqa: E402
 from devnode.containerd import BUSYBOX_IMAGE, Containerd  # noqa: E402
+from devnode.probe import first_response  # noqa: E402
 from restore_runtime.contracts.annotations import ARTIFACT  # noqa: E402
 from restore_runtime.contracts.handshake import RESTORE_REPORT  # noqa: E402
-from restore_runtime.probe import first_response  # noqa: E402
 
 # unique ids: runc state of an interrupted earlier run must not collide
 RUN = uuid.uuid4().hex[:6]

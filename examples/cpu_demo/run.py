@@ -29,11 +29,12 @@ from pathlib import Path
 from devnode import workloads
 from devnode.containerd import Containerd
 from devnode.cri import Crictl
+from devnode.probe import first_response, parse
 from restore_runtime.contracts.handshake import RESTORE_REPORT
 from restore_runtime.executor import CheckpointRequest, checkpoint
 from restore_runtime.executor.runners import RuncContainer
-from restore_runtime.probe import first_response, parse
 from restore_runtime.progress import human
+from restore_runtime.timing import phases_text
 
 PORT = 8080
 IMAGE = "localhost/snapshot/busybox:1"
@@ -102,7 +103,7 @@ def main() -> int:
         node.stop()
         shutil.rmtree(work, ignore_errors=True)
     rep = r["restore_report"]
-    phases = ", ".join(f"{k} {v:.2f}s" for k, v in rep["timings"].items() if k != "total")
+    phases = phases_text(rep["timings"])
     print("Snapshot CPU demo: scikit-learn random forest (digits) in a pod, containerd + shim")
     print(f"  {'pod A cold start to first answer':36} {r['cold_start_s']:8.2f} s")
     print(f"  {'checkpoint (' + human(r['artifact_bytes']) + ')':36} {r['checkpoint_s']:8.2f} s")

@@ -1,7 +1,12 @@
-"""Annotation keys on restore pods (ARCHITECTURE.md, "Annotations on a restore pod")."""
+"""Annotations on restore pods (the architecture's "Annotations on a restore pod"), parsed in
+one place: the webhook reads what the user set, the shim what reached it through the OCI
+spec, both through ``RestoreAnnotations.parse`` under the same rules (an unknown value is an
+error in both)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 
 # Set by users.
@@ -17,6 +22,11 @@ CONTAINER = "snapshot.nvidia.com/container"
 INTERNAL_RESTORE_POLICY = "snapshot.nvidia.com/restore-policy"
 INTERNAL_KEYS = (ARTIFACT, MANIFEST_DIGEST, CONTAINER, INTERNAL_RESTORE_POLICY)
 
+# Set by the CRI plugin on every container's OCI spec.
+POD_NAMESPACE = "io.kubernetes.pod.namespace"
+CONTAINER_NAME = "io.kubernetes.cri.container-name"
+CONTAINER_TYPE = "io.kubernetes.cri.container-type"
+
 # Reported back by the agent.
 RESTORED_CONDITION = "nvidia.com/Restored"
 
@@ -30,3 +40,73 @@ class RestoreOutcome(StrEnum):
     RESTORED = "restored"
     FELL_BACK = "fell-back"
     FAILED = "failed"
+
+
+class RestoredReason(StrEnum):
+    """Reasons of the pod condition ``nvidia.com/Restored``, one per outcome."""
+
+    SUCCEEDED = "RestoreSucceeded"
+    FAILED = "RestoreFailed"
+    FELL_BACK = "FellBackToColdStart"
+
+    @classmethod
+    def of(cls, outcome: RestoreOutcome) -> RestoredReason:
+        return {
+            RestoreOutcome.RESTORED: cls.SUCCEEDED,
+            RestoreOutcome.FAILED: cls.FAILED,
+            RestoreOutcome.FELL_BACK: cls.FELL_BACK,
+        }[outcome]
+
+
+class AnnotationError(ValueError):
+    """An annotation value that is not one of those allowed; the message says which."""
+
+
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no", "")
+
+
+@dataclass(frozen=True)
+class RestoreAnnotations:
+    """A pod's (or container's) restore annotations, typed."""
+
+    #: the PodSnapshot named by the user
+    restore_from: str | None = None
+    policy: RestorePolicy = RestorePolicy.FALLBACK
+    skip_compat: bool = False
+    #: webhook-set: the artifact URI, its admitted manifest digest, the target container
+    artifact: str | None = None
+    manifest_digest: str | None = None
+    container: str | None = None
+    #: webhook-set keys present (user-set ones are what the webhook denies)
+    internal: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, annotations: Mapping[str, str] | None) -> RestoreAnnotations:
+        """Parse; AnnotationError for a value outside its set. The webhook's policy key
+        wins over the user's (it is the admitted one); absent both, ``fallback``."""
+        a = annotations or {}
+        raw_from = a.get(RESTORE_FROM)
+        if raw_from is not None and (not isinstance(raw_from, str) or not raw_from.strip()):
+            raise AnnotationError(
+                f"annotation {RESTORE_FROM} is empty; name a PodSnapshot in this namespace"
+            )
+        key = INTERNAL_RESTORE_POLICY if INTERNAL_RESTORE_POLICY in a else RESTORE_POLICY
+        raw_policy = a.get(key, RestorePolicy.FALLBACK.value)
+        try:
+            policy = RestorePolicy(raw_policy)
+        except ValueError:
+            valid = ", ".join(p.value for p in RestorePolicy)
+            raise AnnotationError(f"{key}={raw_policy!r} is not one of: {valid}") from None
+        raw_skip = str(a.get(SKIP_COMPAT_CHECK, "")).lower()
+        if raw_skip not in _TRUE + _FALSE:
+            raise AnnotationError(f"{SKIP_COMPAT_CHECK}={raw_skip!r} is not true or false")
+        return cls(
+            restore_from=raw_from.strip() if raw_from else None,
+            policy=policy,
+            skip_compat=raw_skip in _TRUE,
+            artifact=a.get(ARTIFACT) or None,
+            manifest_digest=a.get(MANIFEST_DIGEST) or None,
+            container=a.get(CONTAINER) or None,
+            internal=tuple(sorted(k for k in a if k.startswith(INTERNAL_PREFIX))),
+        )

@@ -1,5 +1,5 @@
-"""PodSnapshot and SnapshotJob (group nvidia.com, v1alpha1) as typed models (ARCHITECTURE.md,
-"Kubernetes API"). The chart's CRD schemas describe the same fields; tests keep the two in step.
+"""PodSnapshot and SnapshotJob (group nvidia.com, v1alpha1) as typed models (field names follow
+NVIDIA Snapshot). The chart's CRD schemas describe the same fields; tests keep the two in step.
 
 Field names are the Kubernetes camelCase ones (through aliases), so `model_validate(obj)` takes
 an object straight from the API server and `model_dump(by_alias=True, exclude_none=True)` gives
@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from .manifest import GpuInfo
 
 GROUP = "nvidia.com"
 VERSION = "v1alpha1"
@@ -107,12 +109,6 @@ class ArtifactRef(_Model):
     size_bytes: int = 0
 
 
-class GpuInfo(_Model):
-    uuid: str
-    product: str
-    memory_mi_b: int | None = Field(default=None, alias="memoryMiB")
-
-
 class SourceInfo(_Model):
     node_name: str = ""
     arch: str | None = None
@@ -146,12 +142,12 @@ class PodSnapshotStatus(_Model):
         return self.model_copy(update={"conditions": conds})
 
 
-class PodSnapshotConditions:
+class PodSnapshotConditions(StrEnum):
     READY = "Ready"
     FAILED = "Failed"
 
 
-class PodSnapshotReasons:
+class PodSnapshotReasons(StrEnum):
     """Reasons of the Ready/Failed conditions; the hand-over between the controller and the
     node agent is Ready=False with CHECKPOINT_PENDING and status.source.nodeName set."""
 
@@ -201,7 +197,7 @@ class SnapshotJobStatus(_Model):
     conditions: list[Condition] = Field(default_factory=list)
 
 
-class SnapshotJobConditions:
+class SnapshotJobConditions(StrEnum):
     RUNNING = "Running"
     CAPTURED = "Captured"
     COMPLETED = "Completed"

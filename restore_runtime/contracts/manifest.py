@@ -27,9 +27,12 @@ class _Model(BaseModel):
 
 
 class GpuInfo(_Model):
+    """One GPU, as the manifest's compat block and PodSnapshot ``status.source`` record it."""
+
     uuid: str
     product: str
-    memory_mib: int = Field(alias="memoryMiB")
+    #: 0 where the inventory (the driver's /proc files) does not tell
+    memory_mib: int = Field(default=0, alias="memoryMiB")
 
 
 class Compat(_Model):

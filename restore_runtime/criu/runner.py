@@ -31,6 +31,11 @@ def criu_version() -> str:
     out = subprocess.run(
         [criu_binary(), "--version"], capture_output=True, text=True, check=False
     ).stdout
+    return parse_version(out)
+
+
+def parse_version(out: str) -> str:
+    """The version from ``criu --version``'s output."""
     m = re.search(r"Version:\s*(\S+)", out)
     if not m:
         raise SnapshotError(f"cannot read the CRIU version from: {out!r}")
@@ -41,8 +46,9 @@ def version_tuple(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
 
 
-def require_version() -> str:
-    v = criu_version()
+def require_version(v: str | None = None) -> str:
+    """Fail unless CRIU (version ``v``, or the installed one's) is new enough."""
+    v = v or criu_version()
     if version_tuple(v)[:2] < MIN_VERSION:
         raise SnapshotError(
             f"CRIU {v} is too old: {'.'.join(map(str, MIN_VERSION))} or newer is required "
@@ -70,9 +76,15 @@ def run(args: list[str], log_path: Path, pass_fds: tuple[int, ...] = ()) -> None
         check=False,
     )
     if proc.returncode != 0:
-        try:
-            log = log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            log = ""
-        lines = error_lines(log) or error_lines(proc.stderr) or proc.stderr.strip().splitlines()
-        raise CriuError(args[0], proc.returncode, lines[-20:], str(log_path))
+        fallback = error_lines(proc.stderr) or proc.stderr.strip().splitlines()
+        raise failure(args[0], proc.returncode, log_path, fallback[-20:])
+
+
+def failure(action: str, returncode: int, log_path: Path, fallback: list[str]) -> CriuError:
+    """A failed CRIU run (direct or through runc) as the error lines of its log; ``fallback``
+    (the caller's stderr or message) where the log has none."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except FileNotFoundError:
+        text = ""
+    return CriuError(action, returncode, error_lines(text) or fallback, str(log_path))

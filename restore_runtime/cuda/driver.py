@@ -3,7 +3,7 @@
 It exposes the checkpoint API (lock, checkpoint, restore with GPU UUID remapping, unlock,
 state) and the GPU inventory, nothing else. The CUDA checkpoint calls act on another process
 by PID; the caller only needs ``cuInit(0)`` first, and works from the host PID namespace on a
-process inside a container's PID namespace (see gpu-lab-notes.md).
+process inside a container's PID namespace (measured on an H200; README, "Benchmarks").
 """
 
 from __future__ import annotations

@@ -1,6 +1,14 @@
 """Coordinates checkpoints and restores; the libraries beside it do the work."""
 
 from .checkpoint import CheckpointRequest, CheckpointResult, checkpoint
-from .restore import RestoreRequest, restore
+from .restore import Restore, RestoreRequest, prepare, restore
 
-__all__ = ["CheckpointRequest", "CheckpointResult", "RestoreRequest", "checkpoint", "restore"]
+__all__ = [
+    "CheckpointRequest",
+    "CheckpointResult",
+    "Restore",
+    "RestoreRequest",
+    "checkpoint",
+    "prepare",
+    "restore",
+]

@@ -1,11 +1,17 @@
-"""Restore: verify -> compat gates -> network rebinding -> CRIU restore -> CUDA restore +
-unlock -> restore-complete.
+"""Restore, as a sequence its caller drives downward:
+
+    r = prepare(request)        verify -> compat gates -> rootfs diff -> network rebinding
+    <caller restores the tree>  snapshotctl: ``criu restore``; the shim: ``runc restore``
+    report = r.finish(pid)      page verification -> CUDA restore + unlock -> restore-complete
+    r.close()                   on failure: kill the restored tree, wait until its PIDs are gone
+
+The caller runs the restore itself because only it knows how (the shim's runc runs under its
+reaper, on its own event loop); the engine never calls back up.
 
 Nothing from the artifact runs before verification passes. To keep verification off the
 critical path, the page images (raw memory, by far the largest files and never parsed by
 CRIU) are hashed while CRIU restores with the tree left stopped; everything CRIU parses is
-verified before it starts. The tree continues only once every digest matched. A failure after
-CRIU restored the tree kills it, so no half-restored process keeps running.
+verified before it starts. The tree continues only once every digest matched.
 """
 
 from __future__ import annotations
@@ -15,10 +21,10 @@ import logging
 import os
 import re
 import shutil
-import signal
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,23 +33,26 @@ if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
 
 
 from .. import handshake, mounts, procs
+from ..artifact.rootfs import apply_rootfs_diff
 from ..artifact.verify import check_digests, load_manifest, manifest_digest, plan
-from ..compat import check, gpu_pairs, host_info
+from ..compat import HostInfo, check, gpu_pairs, host_info
 from ..contracts.annotations import RestoreOutcome
 from ..contracts.manifest import CRIU_DIR, Manifest
 from ..contracts.report import RestoreReport
 from ..criu import images, runner
 from ..cuda.driver import CudaDriver
-from ..errors import IncompatibleError, SnapshotError, VerificationError
+from ..errors import IncompatibleError, Problem, SnapshotError, VerificationError
 from ..netns import global_addresses, netns_path, rebind_map
 from ..progress import Progress
 from ..timing import PhaseTimer
-from .runners import CriuRestorer, Restorer
+from .runners import criu_restore
 
 log = logging.getLogger(__name__)
 
 #: Memory contents: copied into the process as they are, never interpreted by CRIU.
 _PAGE_IMAGE = re.compile(rf"^{CRIU_DIR}/pages-\d+\.img$")
+#: How long close() waits for a killed tree's PIDs to be free again.
+_REAP_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -56,108 +65,174 @@ class RestoreRequest:
     netns: str | None = None
     skip_compat: bool = False
     image_digest: str | None = None
-    #: how the tree is restored: CRIU directly, or runc for a container (the shim)
-    restorer: Restorer = field(default_factory=CriuRestorer)
+    #: the new container's root, which receives the artifact's rootfs diff (containers only)
+    rootfs: Path | None = None
+    #: the CRIU version, when the caller read it itself (the shim, through its reaper: no
+    #: subprocess of the engine's may race the shim's waitpid(-1))
+    criu_version: str | None = None
+    #: the manifest digest the restore was admitted for: the artifact must still be that one
+    admitted_digest: str | None = None
+    #: where CRIU's log of a failed restore is kept (else it is logged)
+    log_dir: Path | None = None
 
 
-def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreReport:
-    """Restore the artifact; return the report (outcome ``restored``) or raise a
-    SnapshotError naming the failed phase."""
-    progress = progress or Progress(enabled=False)
-    timer = PhaseTimer(progress.phase)
-    artifact = req.artifact.absolute()
-    pool = ThreadPoolExecutor(2)
-    work = Path(tempfile.mkdtemp(prefix="snapshot-restore-"))
-    pid: int | None = None
-    ok = False
-    try:
-        with timer.phase("verify"):
+class Restore:
+    """One restore between ``prepare`` and ``finish``: the verified manifest, the staged
+    images, and what the caller needs to restore the tree."""
+
+    def __init__(self, req: RestoreRequest, progress: Progress | None = None) -> None:
+        self.req = req
+        self.progress = progress or Progress(enabled=False)
+        self.artifact = req.artifact.absolute()
+        self.timer = PhaseTimer(self.progress.phase)
+        self.work = Path(tempfile.mkdtemp(prefix="snapshot-restore-"))
+        self._pool = ThreadPoolExecutor(2)
+        self._late: Future | None = None
+        self._cuda: Future | None = None
+        self.manifest: Manifest | None = None
+        self.digest: str | None = None
+        self.host: HostInfo | None = None
+        self.new_ips: list[str] = []
+        #: the CRIU images to restore from (a private view of the artifact's)
+        self.images: Path = self.work / "images"
+        #: the network namespace the tree is restored into, when it had one of its own
+        self.netns: str | None = None
+        self.pid: int | None = None
+        self._ok = False
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
+        return self.timer.phase(name)
+
+    # -- before the tree is restored ------------------------------------------------------
+    def _prepare(self) -> None:
+        req = self.req
+        with self.phase("verify"):
             # Opening the CUDA driver (cuInit, ~0.2s) overlaps hashing and CRIU. The unverified
             # manifest only decides whether to open it; nothing else is taken from it.
-            cuda = pool.submit(_open_cuda, artifact)
-            manifest, problems, jobs = plan(artifact, req.verify_key)
+            self._cuda = self._pool.submit(_open_cuda, self.artifact)
+            if req.admitted_digest:
+                _require_digest(self.artifact, req.admitted_digest)
+            manifest, problems, jobs = plan(self.artifact, req.verify_key)
             if problems or manifest is None:
                 raise VerificationError(problems)
             pages = [j for j in jobs if _PAGE_IMAGE.match(j.entry.path)]
             if problems := check_digests([j for j in jobs if j not in pages]):
                 raise VerificationError(problems)
-            late: Future = pool.submit(check_digests, pages, None, progress.add_bytes)
-            digest = manifest_digest(artifact)
-        with timer.phase("setup"):
-            runner.require_version()
-            # cuInit (in ``cuda``) goes on meanwhile; the gates read the GPUs from /proc
+            self._late = self._pool.submit(check_digests, pages, None, self.progress.add_bytes)
+            self.manifest, self.digest = manifest, manifest_digest(self.artifact)
+        with self.phase("setup"):
+            runner.require_version(req.criu_version)
+            # cuInit goes on meanwhile; the gates read the GPUs from /proc
             host = host_info(None, req.image_digest, with_gpus=manifest.uses_cuda)
             if manifest.uses_cuda and not host.gpus:  # no /proc inventory: ask CUDA
-                host = host_info(_driver(cuda), image_digest=req.image_digest)
+                host = host_info(self._driver(), image_digest=req.image_digest)
             if not req.skip_compat and (reasons := check(manifest.compat, host)):
                 raise IncompatibleError(reasons)
-            req.restorer.prepare(artifact, manifest)
-            image_dir = _stage_images(artifact / CRIU_DIR, work)
+            self.host = host
+            if req.rootfs is not None:
+                apply_rootfs_diff(self.artifact, req.rootfs)
+            _stage_images(self.artifact / CRIU_DIR, self.work)
             target_ns = netns_path(req.netns) if req.netns else "/proc/self/ns/net"
-            new_ips = global_addresses(target_ns) if manifest.network.external_netns else []
-            mapping = rebind_map(manifest.network.pod_ips, new_ips)
+            if manifest.network.external_netns:
+                self.netns = target_ns
+                self.new_ips = global_addresses(target_ns)
+            mapping = rebind_map(manifest.network.pod_ips, self.new_ips)
             if mapping:
-                n = images.rebind(artifact / CRIU_DIR, image_dir, mapping)
+                n = images.rebind(self.artifact / CRIU_DIR, self.images, mapping)
                 log.info("rebound %d socket address(es): %s", n, mapping)
             elif req.netns and not manifest.network.external_netns:
                 raise SnapshotError(
                     "the source shared the host's network namespace; it cannot be restored "
                     f"into {req.netns}"
                 )
-        with timer.phase("criu"):
-            pid = _run_restorer(req.restorer, manifest, image_dir, work, target_ns, late)
-        with timer.phase("verify-wait"):
-            if problems := late.result():
+
+    def restore_failed(self, e: SnapshotError) -> SnapshotError:
+        """The error to report for a failed CRIU restore: when the artifact's pages also fail
+        verification, that is the cause worth naming."""
+        if self._late is not None and (problems := self._late.result()):
+            return VerificationError(problems)
+        return e
+
+    # -- after the tree is restored (stopped) ---------------------------------------------
+    def finish(self, pid: int) -> RestoreReport:
+        """Continue the restored tree (root ``pid``) once every page verified; restore its
+        GPU state; tell the workload. Raises SnapshotError naming the failed phase."""
+        assert self.manifest is not None and self._late is not None and self.host is not None
+        self.pid = pid
+        manifest = self.manifest
+        with self.phase("verify-wait"):
+            if problems := self._late.result():
                 raise VerificationError(problems)
-            for p in procs.tree(pid):
-                os.kill(p, signal.SIGCONT)
+            procs.continue_tree(pid)
         if manifest.uses_cuda:
-            with timer.phase("cuda"):
-                _restore_gpu(_driver(cuda), manifest, pid, gpu_pairs(manifest.compat, host))
-        pod_ip = new_ips[0] if new_ips else (manifest.network.pod_ips or [None])[0]
-        with timer.phase("wake"):
-            if req.control_dir:
-                handshake.complete_restore(req.control_dir, pod_ip, timer.result())
-        if req.pidfile:
-            req.pidfile.write_text(f"{pid}\n")
-        ok = True
-    except BaseException:
-        if pid is not None:
-            _kill_tree(pid)
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        _unstage_images(work)
-        if ok:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            log.error("restore failed; CRIU work directory kept at %s", work)
-    progress.done()
-    return RestoreReport(
-        outcome=RestoreOutcome.RESTORED,
-        artifact=str(artifact),
-        manifestDigest=digest,
-        pid=pid,
-        podIP=pod_ip,
-        timings=timer.result(),
-    )
-
-
-def _run_restorer(
-    restorer: Restorer, manifest: Manifest, image_dir: Path, work: Path, target_ns: str,
-    late: Future,
-) -> int:  # fmt: skip
-    """Restore with the tree left stopped; return the root's host PID. When restoring fails
-    on an artifact whose pages also fail verification, the verification error is the cause
-    worth reporting."""
-    try:
-        return restorer.restore(
-            image_dir, work, target_ns if manifest.network.external_netns else None
+            with self.phase("cuda"):
+                pairs = gpu_pairs(manifest.compat, self.host)
+                _restore_gpu(self._driver(), manifest, pid, pairs)
+        pod_ip = self.new_ips[0] if self.new_ips else (manifest.network.pod_ips or [None])[0]
+        with self.phase("wake"):
+            if self.req.control_dir:
+                handshake.complete_restore(self.req.control_dir, pod_ip, self.timer.result())
+        if self.req.pidfile:
+            self.req.pidfile.write_text(f"{pid}\n")
+        self._ok = True
+        self.progress.done()
+        return RestoreReport(
+            outcome=RestoreOutcome.RESTORED,
+            artifact=str(self.artifact),
+            manifestDigest=self.digest,
+            pid=pid,
+            podIP=pod_ip,
+            timings=self.timer.result(),
         )
-    except SnapshotError:
-        if problems := late.result():
-            raise VerificationError(problems) from None
+
+    def close(self) -> None:
+        """Release everything; after a failure, kill the restored tree and return only once
+        its PIDs are free again (a retry must not meet CRIU's "Can't fork for PID")."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if not self._ok and self.pid is not None:
+            procs.kill_tree(self.pid, _REAP_TIMEOUT_S)
+        with contextlib.suppress(OSError):
+            mounts.unmount(str(self.images))
+        if not self._ok:
+            _keep_log(self.work, self.req.log_dir)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def _driver(self) -> CudaDriver:
+        """The CUDA driver opened in the background, or its own error when it could not be."""
+        return (self._cuda.result() if self._cuda else None) or CudaDriver()
+
+
+def prepare(req: RestoreRequest, progress: Progress | None = None) -> Restore:
+    """Verify the artifact, run the gates and stage the images; the caller then restores
+    the tree from ``r.images`` into ``r.netns``, and calls ``r.finish(pid)``, then
+    ``r.close()`` whatever happened."""
+    r = Restore(req, progress)
+    try:
+        r._prepare()
+    except BaseException:
+        r.close()
         raise
+    return r
+
+
+@contextlib.contextmanager
+def restoring(req: RestoreRequest, progress: Progress | None = None) -> Iterator[Restore]:
+    r = prepare(req, progress)
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreReport:
+    """Restore a plain process tree with ``criu restore`` (``snapshotctl restore``)."""
+    with restoring(req, progress) as r:
+        with r.phase("criu"):
+            try:
+                pid = criu_restore(r.images, r.work, r.netns)
+            except SnapshotError as e:
+                raise r.restore_failed(e) from None
+        return r.finish(pid)
 
 
 def _stage_images(src: Path, work: Path) -> Path:
@@ -171,8 +246,9 @@ def _stage_images(src: Path, work: Path) -> Path:
     for d in (view, upper, scratch):
         d.mkdir(parents=True)
     try:
-        mounts.mount("overlay", "overlay", str(view),
-                     [f"lowerdir={src}", f"upperdir={upper}", f"workdir={scratch}"])  # fmt: skip
+        layers = (("lowerdir", src), ("upperdir", upper), ("workdir", scratch))
+        opts = [mounts.overlay_option(k, d) for k, d in layers]
+        mounts.mount("overlay", "overlay", str(view), opts)
     except OSError as e:
         log.warning("overlay over %s failed (%s); linking the images instead", src, e)
         for f in src.iterdir():
@@ -183,14 +259,33 @@ def _stage_images(src: Path, work: Path) -> Path:
     return view
 
 
-def _unstage_images(work: Path) -> None:
+def _require_digest(artifact: Path, admitted: str) -> None:
+    try:
+        found = manifest_digest(artifact)
+    except OSError as e:
+        found = f"unreadable ({e.strerror})"
+    if found != admitted:
+        raise VerificationError(
+            [
+                Problem(
+                    "manifest.json",
+                    "manifest",
+                    f"manifest digest {found} is not the admitted {admitted}",
+                )
+            ]
+        )
+
+
+def _keep_log(work: Path, log_dir: Path | None) -> None:
+    """A failed restore leaves nothing on the host but CRIU's log: copied to ``log_dir``
+    (the shim's per-container directory, removed with the container), or its tail logged."""
+    src = work / "restore.log"
     with contextlib.suppress(OSError):
-        mounts.unmount(str(work / "images"))
-
-
-def _driver(cuda: Future) -> CudaDriver:
-    """The CUDA driver opened in the background, or its own error when it could not be."""
-    return cuda.result() or CudaDriver()
+        if log_dir is not None:
+            shutil.copyfile(src, log_dir / "criu-restore.log")
+        else:
+            tail = src.read_text(errors="replace").splitlines()[-40:]
+            log.error("CRIU log of the failed restore:\n%s", "\n".join(tail))
 
 
 def _open_cuda(artifact: Path) -> CudaDriver | None:
@@ -212,8 +307,3 @@ def _restore_gpu(
         drv.restore(p, pairs)
     for p in host_pids:
         drv.unlock(p)
-
-
-def _kill_tree(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)

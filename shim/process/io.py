@@ -22,7 +22,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..runc.driver import Stdio
+from restore_runtime.runc import Stdio
+
 from ..ttrpc.codes import Code, RPCError
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..runc.driver import Runc, RuncError
+from restore_runtime.runc import Runc, RuncError
+
 from ..ttrpc.codes import Code, RPCError
 from .io import ProcessIO, StdioPaths
+from .restore import RestoreTarget
+from .restore import restore as restore_from
 from .states import Created, State
 
 log = logging.getLogger(__name__)
@@ -85,7 +88,7 @@ class Process:
     async def do_resume(self) -> None:
         raise RPCError(Code.UNIMPLEMENTED, "resuming a single exec process")
 
-    def _read_pid(self) -> int:
+    def read_pid(self) -> int:
         return int(self.pidfile.read_text().strip())
 
 
@@ -93,7 +96,7 @@ class Process:
 class InitProcess(Process):
     bundle: Path = Path()
     #: set by the task service when the spec's annotations name an artifact
-    restorer: object | None = None
+    restore_target: RestoreTarget | None = None
 
     async def do_create(self) -> None:
         self.io = await ProcessIO.open(self.stdio)
@@ -105,16 +108,16 @@ class InitProcess(Process):
             ),
         )  # fmt: skip
         self.io.after_start()
-        self.pid = self._read_pid()
+        self.pid = self.read_pid()
 
     async def do_start(self) -> None:
         await runc_call(self.runc.start(self.container_id))
 
-    async def do_restore_or_fallback(self) -> None:
-        """Restore from the artifact; on failure under the fallback policy, create and start
-        the container normally. The restorer decides and reports (shim/restore.py)."""
-        assert self.restorer is not None
-        await self.restorer.start(self)  # type: ignore[attr-defined]
+    async def do_restore(self) -> None:
+        """Restore from the artifact (RestoreFailed when it did not happen: nothing is left
+        behind, and a cold start may follow)."""
+        assert self.restore_target is not None
+        self.restore_target.report(await restore_from(self, self.restore_target))
 
     async def do_kill(self, sig: int, all_: bool) -> None:
         await runc_call(self.runc.kill(self.container_id, sig, all_))
@@ -155,7 +158,7 @@ class ExecProcess(Process):
             self.io.close()
             raise
         self.io.after_start()
-        self.pid = self._read_pid()
+        self.pid = self.read_pid()
 
 
 async def with_console(io: ProcessIO, runc_coro) -> None:

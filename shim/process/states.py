@@ -8,12 +8,18 @@ instead of reaching runc.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+from restore_runtime.contracts.annotations import RestoreOutcome, RestorePolicy
+
 from ..ttrpc.codes import Code, RPCError
+from .restore import RestoreFailed
 
 if TYPE_CHECKING:
-    from .process import Process
+    from .process import InitProcess, Process
+
+log = logging.getLogger(__name__)
 
 
 class State:
@@ -59,13 +65,26 @@ class Created(State):
 
 
 class CreatedFromArtifact(Created):
-    """Created with a snapshot to restore: nothing runs until start, which restores (or,
-    under the fallback policy, cold-starts) the container."""
+    """Created with a snapshot to restore: nothing runs until start, which restores the
+    container. When the restore fails, the policy decides: ``fallback`` creates and starts
+    it normally (a cold start), ``strict`` fails the start. Either way the report says why."""
 
     name = "created-from-artifact"
 
-    async def start(self, p: Process) -> State:
-        await p.do_restore_or_fallback()
+    async def start(self, p: InitProcess) -> State:  # type: ignore[override]
+        target = p.restore_target
+        assert target is not None
+        try:
+            await p.do_restore()
+            return Running()
+        except RestoreFailed as e:
+            if target.policy is RestorePolicy.STRICT:
+                target.report_failure(e, RestoreOutcome.FAILED)
+                raise RPCError(Code.FAILED_PRECONDITION, str(e)) from e
+            target.report_failure(e, RestoreOutcome.FELL_BACK)
+            log.warning("%s of %s; cold-starting", e, p.container_id)
+        await p.do_create()
+        await p.do_start()
         return Running()
 
     async def kill(self, p: Process, sig: int, all_: bool) -> None:

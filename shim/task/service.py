@@ -16,18 +16,20 @@ from pathlib import Path
 from google.protobuf import empty_pb2
 
 from restore_runtime import mounts
+from restore_runtime.contracts.annotations import AnnotationError
+from restore_runtime.runc import Runc, RuncError
 
 from .. import VERSION
 from ..process import oom, stats
 from ..process.io import StdioPaths
 from ..process.process import ExecProcess, InitProcess, Process, validate_exec_spec
+from ..process.restore import RestoreTarget
 from ..process.states import CreatedFromArtifact, Deleted
 from ..proto import events_pb2, shim_pb2, types_pb2
-from ..runc.driver import Runc, RuncError
+from ..reaper import Reaper
 from ..ttrpc.codes import Code, RPCError
 from ..ttrpc.server import Handler, Handlers
 from .events import Publisher, timestamp
-from .exits import Reaper
 
 log = logging.getLogger(__name__)
 SERVICE = "containerd.task.v2.Task"
@@ -63,9 +65,6 @@ def _exited_at(p: Process):
     return timestamp(p.exited_at) if p.exited_at else None
 
 
-RestorerFactory = Callable[[InitProcess, dict], object | None]
-
-
 class TaskService:
     def __init__(
         self,
@@ -73,13 +72,11 @@ class TaskService:
         reaper: Reaper,
         publisher: Publisher,
         workdir: Path,
-        restorer_factory: RestorerFactory | None = None,
         on_empty: Callable[[], None] | None = None,
     ) -> None:
         self.runc, self.reaper, self.events = runc, reaper, publisher
         self.workdir = workdir
         self.containers: dict[str, Container] = {}
-        self.restorer_factory = restorer_factory
         self.on_empty = on_empty
         self._exit_tasks: set[asyncio.Task] = set()
         reaper.subscribe(self._on_exit)
@@ -158,6 +155,10 @@ class TaskService:
             spec = json.loads((bundle / "config.json").read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise RPCError(Code.INVALID_ARGUMENT, f"bad bundle {bundle}: {e}") from e
+        try:
+            target = RestoreTarget.from_spec(spec)
+        except AnnotationError as e:
+            raise RPCError(Code.INVALID_ARGUMENT, str(e)) from e
         rootfs = bundle / "rootfs"
         mounted = False
         if len(r.rootfs) > 0:
@@ -175,10 +176,9 @@ class TaskService:
             stdio=StdioPaths(r.stdin, r.stdout, r.stderr, r.terminal),
         )  # fmt: skip
         c = Container(r.id, bundle, init, rootfs_mounted=mounted)
-        restorer = self.restorer_factory(init, spec) if self.restorer_factory else None
         try:
-            if restorer is not None:
-                init.restorer = restorer
+            if target is not None:
+                init.restore_target = target
                 init.state = CreatedFromArtifact()
             else:
                 await init.do_create()

@@ -65,7 +65,7 @@ def test_defaults_wire_the_components_together():
     spec = agent["spec"]["template"]["spec"]
     assert spec["hostPID"] and spec["containers"][0]["securityContext"] == {
         "privileged": True, "runAsUser": 0}  # fmt: skip
-    assert spec["containers"][0]["command"] == ["snapshotctl", "agent"]
+    assert spec["containers"][0]["command"] == ["snapshot-agent", "run"]
     role = next(r for r in k["ClusterRole"] if r["metadata"]["name"].endswith("-webhook"))
     assert role["rules"][1]["resourceNames"] == [mwc["metadata"]["name"]]
 
@@ -125,6 +125,6 @@ def test_signing_and_node_installation():
 
     spec = by_kind(chart.render())["DaemonSet"][0]["spec"]["template"]["spec"]
     (init,) = spec["initContainers"]
-    assert init["command"] == ["snapshotctl", "install-node"]
+    assert init["command"] == ["snapshot-agent", "install-node"]
     assert "--restart-containerd" in init["args"]
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}

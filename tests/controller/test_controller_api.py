@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from controller.loop import Controller
-from restore_runtime import kube
+from kubeclient import api as kube
 from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, JOB_LABEL
 from tests.controller.objects import conditions
 

@@ -2,19 +2,38 @@
 the work each transition asks for. Every pair is covered: allowed operations do their work
 and move to the documented state; the others fail with FAILED_PRECONDITION (NOT_FOUND once
 deleted) and do no work. The stand-in replaces runc only: the real thing runs in the
-containerd tests."""
+containerd tests.
+
+The restore decision is the state's: a restore that fails cold-starts under ``fallback``
+and fails Start under ``strict``, reporting the outcome either way."""
 
 from __future__ import annotations
 
 import pytest
 
+from restore_runtime.contracts.annotations import RestoreOutcome, RestorePolicy
 from shim.process import states as st
+from shim.process.restore import RestoreFailed
 from shim.ttrpc.codes import Code, RPCError
 
 
+class Target:
+    """Stands in for RestoreTarget: the policy, and the reports it was asked to write."""
+
+    def __init__(self, policy: RestorePolicy) -> None:
+        self.policy = policy
+        self.reported: list[RestoreOutcome] = []
+
+    def report_failure(self, e: RestoreFailed, outcome: RestoreOutcome) -> None:
+        self.reported.append(outcome)
+
+
 class Recorder:
-    def __init__(self) -> None:
+    def __init__(self, policy: RestorePolicy = RestorePolicy.FALLBACK, fail: bool = False):
         self.calls: list[str] = []
+        self.restore_target = Target(policy)
+        self.container_id = "c1"
+        self.fail_restore = fail
 
     def __getattr__(self, name: str):
         if not name.startswith("do_"):
@@ -22,6 +41,8 @@ class Recorder:
 
         async def op(*args, **kwargs):
             self.calls.append(name)
+            if name == "do_restore" and self.fail_restore:
+                raise RestoreFailed("criu", "CRIU said no")
 
         return op
 
@@ -31,7 +52,7 @@ OPS = ["start", "kill", "delete", "pause", "resume"]
 ALLOWED = {
     st.Created: {"start": (st.Running, "do_start"), "kill": (None, "do_kill"),
                  "delete": (st.Deleted, "do_delete")},
-    st.CreatedFromArtifact: {"start": (st.Running, "do_restore_or_fallback"),
+    st.CreatedFromArtifact: {"start": (st.Running, "do_restore"),
                              "delete": (st.Deleted, "do_delete")},
     st.Running: {"kill": (None, "do_kill"), "pause": (st.Paused, "do_pause")},
     st.Paused: {"kill": (None, "do_kill"), "resume": (st.Running, "do_resume")},
@@ -88,3 +109,20 @@ async def test_stopped_kill_all_still_reaches_strays():
     p = Recorder()
     await st.Stopped().kill(p, 9, True)
     assert p.calls == ["do_kill"]
+
+
+async def test_failed_restore_cold_starts_under_fallback():
+    p = Recorder(RestorePolicy.FALLBACK, fail=True)
+    result = await st.CreatedFromArtifact().start(p)
+    assert type(result) is st.Running
+    assert p.calls == ["do_restore", "do_create", "do_start"]
+    assert p.restore_target.reported == [RestoreOutcome.FELL_BACK]
+
+
+async def test_failed_restore_fails_start_under_strict():
+    p = Recorder(RestorePolicy.STRICT, fail=True)
+    with pytest.raises(RPCError) as e:
+        await st.CreatedFromArtifact().start(p)
+    assert e.value.code == Code.FAILED_PRECONDITION and "CRIU said no" in str(e.value)
+    assert p.calls == ["do_restore"]
+    assert p.restore_target.reported == [RestoreOutcome.FAILED]

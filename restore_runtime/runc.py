@@ -1,18 +1,27 @@
-"""The only module that runs ``runc``. Every call is async and fails with RuncError carrying
-runc's own message (its --log file, JSON lines, or stderr)."""
+"""The only module that runs ``runc``, for the shim and the engine alike. Every call is async
+and fails with RuncError carrying runc's own message (its --log file, JSON lines, or stderr).
+
+How a command runs is the caller's: the shim passes its reaper (it owns ``waitpid(-1)``, so
+nothing else may wait on a child), ``snapshotctl`` and the agent use plain asyncio
+subprocesses (the default). Either way CRIU is the one binary ``criu.runner.criu_binary``
+names, so the version check and runc's checkpoint/restore use the same CRIU."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from ..task.exits import Reaper
+from .criu import runner as criu_runner
+from .errors import CriuError
 
 log = logging.getLogger(__name__)
+CRIU_CONFIG_ANNOTATION = "org.criu.config"
 
 
 class RuncError(Exception):
@@ -20,6 +29,36 @@ class RuncError(Exception):
         self.returncode = returncode
         self.message = message
         super().__init__(f"runc {' '.join(args[:2])} failed ({returncode}): {message}")
+
+    def as_criu_error(self, action: str, log_path: Path) -> CriuError:
+        """A failed checkpoint/restore as CRIU tells it (its log), with runc's message where
+        CRIU logged nothing."""
+        return criu_runner.failure(action, self.returncode, log_path, [self.message])
+
+
+class CommandRunner(Protocol):
+    async def run(
+        self, cmd: list[str], stdin=None, stdout=None, stderr=None, env=None
+    ) -> tuple[int, bytes, bytes]:
+        """Run ``cmd``; return (exit code, stdout, stderr) for the streams not given."""
+        ...
+
+
+class SubprocessRunner:
+    """asyncio's own child handling: for processes that are not a shim (no reaper)."""
+
+    async def run(
+        self, cmd: list[str], stdin=None, stdout=None, stderr=None, env=None
+    ) -> tuple[int, bytes, bytes]:
+        proc = await asyncio.create_subprocess_exec(
+            *cmd,
+            stdin=stdin if stdin is not None else subprocess.DEVNULL,
+            stdout=stdout if stdout is not None else subprocess.PIPE,
+            stderr=stderr if stderr is not None else subprocess.PIPE,
+            env=env,
+        )
+        out, err = await proc.communicate()
+        return proc.returncode or 0, out or b"", err or b""
 
 
 @dataclass
@@ -36,17 +75,13 @@ class Runc:
     root: Path
     binary: str = "runc"
     log_dir: Path | None = None
-    #: CRIU binary for checkpoint/restore (runc's --criu), if not the one on PATH
-    criu: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
-    reaper: Reaper | None = None
+    runner: CommandRunner = field(default_factory=SubprocessRunner)
 
     def _base(self, id_: str) -> list[str]:
         args = [self.binary, "--root", str(self.root)]
         if self.log_dir is not None:
             args += ["--log", str(self.log_dir / f"runc-{id_}.log"), "--log-format", "json"]
-        if self.criu:
-            args += ["--criu", self.criu]
         return args
 
     async def run(
@@ -55,13 +90,11 @@ class Runc:
         stdio = stdio or Stdio()
         cmd = [*self._base(id_), *args]
         log.debug("exec %s", cmd)
-        if self.reaper is None:
-            raise RuntimeError("Runc needs a reaper (the shim's waitpid(-1) owner)")
         # Without capture, runc's stdio become the container's: a pipe of ours there would
         # never see EOF while the container lives, so it gets /dev/null instead (runc's own
         # errors still reach its --log file).
         quiet = None if capture else subprocess.DEVNULL
-        code, out, err = await self.reaper.run(
+        code, out, err = await self.runner.run(
             cmd,
             stdin=stdio.stdin,
             stdout=stdio.stdout if stdio.stdout is not None else quiet,
@@ -129,11 +162,43 @@ class Runc:
     async def update(self, id_: str, resources_json: Path) -> None:
         await self.run(id_, ["update", "--resources", str(resources_json), id_])
 
+    # -- checkpoint / restore (CRIU) --------------------------------------------------------
+    def _criu(self) -> list[str]:
+        return ["--criu", criu_runner.criu_binary()]
+
+    async def criu_version(self) -> str:
+        """``criu --version`` through this driver's runner (in the shim: its reaper)."""
+        _, out, _ = await self.runner.run([criu_runner.criu_binary(), "--version"])
+        return criu_runner.parse_version(out.decode(errors="replace"))
+
+    async def checkpoint(
+        self, id_: str, image_path: Path, work_path: Path, leave_running: bool
+    ) -> None:
+        args = [*self._criu(), "checkpoint", "--image-path", str(image_path), "--work-path",
+                str(work_path), "--tcp-established", "--file-locks",
+                *(["--leave-running"] if leave_running else []), id_]  # fmt: skip
+        try:
+            await self.run(id_, args)
+        except RuncError as e:
+            raise e.as_criu_error("dump (runc checkpoint)", work_path / "dump.log") from e
+
     async def restore(
         self, id_: str, bundle: Path, image_path: Path, work_path: Path, pidfile: Path,
-        stdio: Stdio, extra: list[str] | None = None,
+        stdio: Stdio, criu_config: str | None = None,
     ) -> None:  # fmt: skip
-        args = ["restore", "--detach", "--bundle", str(bundle), "--image-path", str(image_path),
-                "--work-path", str(work_path), "--pid-file", str(pidfile),
-                "--file-locks"]  # fmt: skip
-        await self.run(id_, [*args, *(extra or []), id_], stdio, capture=False)
+        """``runc restore --detach``; ``criu_config`` (CRIU options, one per line) reaches
+        CRIU through the bundle's ``org.criu.config`` annotation, which runc honours."""
+        if criu_config is not None:
+            conf = work_path / "criu-restore.conf"
+            conf.write_text(criu_config)
+            spec_path = bundle / "config.json"
+            spec = json.loads(spec_path.read_text())
+            spec.setdefault("annotations", {})[CRIU_CONFIG_ANNOTATION] = str(conf)
+            spec_path.write_text(json.dumps(spec))
+        args = [*self._criu(), "restore", "--detach", "--bundle", str(bundle), "--image-path",
+                str(image_path), "--work-path", str(work_path), "--pid-file", str(pidfile),
+                "--file-locks", id_]  # fmt: skip
+        try:
+            await self.run(id_, args, stdio, capture=False)
+        except RuncError as e:
+            raise e.as_criu_error("restore (runc)", work_path / "restore.log") from e

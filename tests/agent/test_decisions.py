@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from restore_runtime.agent import decisions as d
+from agent import decisions as d
 from restore_runtime.contracts.annotations import ARTIFACT, RESTORED_CONDITION, RestoreOutcome
 from restore_runtime.contracts.crd import PodSnapshotReasons as R
 from restore_runtime.contracts.manifest import Compat, FileEntry, Manifest, Source
@@ -70,7 +70,7 @@ def test_captured_status_carries_the_manifest():
     assert (ready.status, ready.reason) == ("True", R.CAPTURED)
     assert st.artifact.size_bytes == 3_000_000_000 and st.checkpoint_seconds == 9.81
     assert st.source.node_name == "node-a" and st.source.cuda_driver_version == "12080"
-    assert st.source.gpus[0].product == "NVIDIA H200" and st.source.gpus[0].memory_mi_b == 143771
+    assert st.source.gpus[0].product == "NVIDIA H200" and st.source.gpus[0].memory_mib == 143771
     api = st.to_api()
     assert api["artifact"]["manifestDigest"].startswith("sha256:")
     assert api["source"]["gpus"][0]["memoryMiB"] == 143771

@@ -22,14 +22,16 @@ from typing import Any
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
-from .. import kube
-from ..artifact import signing
-from ..contracts.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
-from ..contracts.handshake import RESTORE_REPORT
-from ..contracts.report import RestoreReport
-from ..errors import SnapshotError
-from ..executor.checkpoint import CheckpointRequest, checkpoint
-from ..executor.runners import RuncContainer
+from kubeclient import api as kube
+from restore_runtime.artifact import signing
+from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
+from restore_runtime.contracts.handshake import RESTORE_REPORT
+from restore_runtime.contracts.report import RestoreReport
+from restore_runtime.errors import SnapshotError
+from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
+from restore_runtime.executor.runners import RuncContainer
+from restore_runtime.timing import phases_text
+
 from . import decisions as d
 
 log = logging.getLogger("snapshot.agent")
@@ -129,8 +131,8 @@ class Agent:
         self.metrics.artifact_bytes.inc(result.manifest.size_bytes)
         status = d.captured(snap, result.manifest, f"file://{result.path}", result.digest, seconds)
         await self.snapshots.patch_status(snap, status)
-        msg = f"{result.manifest.size_bytes / 1e9:.2f} GB in {seconds:.1f}s: " + ", ".join(
-            f"{k} {v:.2f}s" for k, v in result.manifest.timings.items()
+        msg = f"{result.manifest.size_bytes / 1e9:.2f} GB in {seconds:.1f}s: " + phases_text(
+            result.manifest.timings
         )
         await self._event(snap.to_api(), "Normal", PodSnapshotReasons.CAPTURED, msg)
 

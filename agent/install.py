@@ -1,7 +1,7 @@
 """Node installation, run by the agent DaemonSet's init container with the host's root
 mounted: put the shim on the host and register runtime handler `snapshot` with containerd.
 
-    snapshotctl install-node --host-root /host [--prefix /opt/snapshot] [--verify-key K]
+    snapshot-agent install-node --host-root /host [--prefix /opt/snapshot] [--verify-key K]
 
 - The shim runs on the host, started by containerd, so it cannot use the image's files: the
   Python installation this runs from (interpreter, standard library, shared library) and
@@ -26,45 +26,38 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import SnapshotError
+from restore_runtime.contracts import runtime
+from restore_runtime.errors import SnapshotError
 
 log = logging.getLogger("snapshot.install")
 
-# containerd's CRI plugin, by config version (1.x writes version 2, 2.x version 3)
-CRI_PLUGINS = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 SHIM_NAME = "containerd-shim-snapshot-v2"
 # what the shim never imports: tests, GUI, the base installation's own packages
 STDLIB_SKIP = shutil.ignore_patterns("__pycache__", "test", "tests", "idlelib", "tkinter",
                                      "turtledemo", "ensurepip", "site-packages")  # fmt: skip
 
 
-def _runtime_path(version: int, handler: str) -> list[str]:
-    if version not in CRI_PLUGINS:
-        raise SnapshotError(f"containerd config version {version} is not supported")
-    return ["plugins", CRI_PLUGINS[version], "containerd", "runtimes", handler]
-
-
-def runtime_table(config_version: int, handler: str = "snapshot") -> str:
-    plugins, plugin, *rest = _runtime_path(config_version, handler)
-    table = ".".join([plugins, f'"{plugin}"', *rest])  # the plugin name has dots: quoted
+def runtime_table(config_version: int, handler: str = runtime.HANDLER) -> str:
     return (
-        f"\n# added by snapshotctl install-node: runtime handler {handler!r} (RuntimeClass)\n"
-        f"[{table}]\n"
-        '  runtime_type = "io.containerd.snapshot.v2"\n'
-        '  pod_annotations = ["nvidia.com/*", "snapshot.nvidia.com/*"]\n'
+        f"\n# added by snapshot-agent install-node: runtime handler {handler!r} (RuntimeClass)\n"
+        + runtime.runtime_table(config_version, handler)
     )
 
 
-def registered(config: dict, handler: str = "snapshot") -> bool:
+def registered(config: dict, handler: str = runtime.HANDLER) -> bool:
     node = config
-    for key in _runtime_path(config.get("version", 1), handler):
+    try:
+        path = runtime.runtime_path(config.get("version", 1), handler)
+    except runtime.UnsupportedConfig as e:
+        raise SnapshotError(str(e)) from e
+    for key in path:
         if not isinstance(node, dict) or key not in node:
             return False
         node = node[key]
     return True
 
 
-def with_runtime(config_text: str, handler: str = "snapshot") -> str | None:
+def with_runtime(config_text: str, handler: str = runtime.HANDLER) -> str | None:
     """The config with runtime `handler` registered, or None when it already is."""
     try:
         config = tomllib.loads(config_text)
@@ -92,7 +85,7 @@ def wrapper(prefix: Path, python: str, verify_key: Path | None) -> str:
     exe, flag, boot = shim_command(prefix, python)
     return (
         "#!/bin/sh\n"
-        "# installed by snapshotctl install-node (the snapshot agent)\n"
+        "# installed by snapshot-agent install-node (the snapshot agent)\n"
         f'export PYTHONHOME="{prefix}/python"\n'
         f'export LD_LIBRARY_PATH="{prefix}/python/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"\n'
         f"{env}"

@@ -1,8 +1,8 @@
 """The shim is the child subreaper of its containers: every process of theirs that loses its
 parent, and runc itself, ends up as our child. One reaper owns ``waitpid(-1)``: it hands
-each exit to whoever awaits that PID — the runc driver for runc's own processes, the task
-service for container processes — and keeps exits nobody claimed yet (a container's init can
-exit before runc's pid file is read)."""
+each exit to whoever awaits that PID — the runc driver for runc's own processes (the reaper
+is its CommandRunner), the task service for container processes — and keeps exits nobody
+claimed yet (a container's init can exit before runc's pid file is read)."""
 
 from __future__ import annotations
 

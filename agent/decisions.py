@@ -7,11 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..contracts.annotations import ARTIFACT, RESTORED_CONDITION, RestoreOutcome
-from ..contracts.crd import (
+from kubeclient.podspec import CONTROL_VOLUME, container_status, is_running
+from restore_runtime.contracts.annotations import (
+    ARTIFACT,
+    RESTORED_CONDITION,
+    RestoredReason,
+    RestoreOutcome,
+)
+from restore_runtime.contracts.crd import (
     ArtifactRef,
     ConditionStatus,
-    GpuInfo,
     PodSnapshot,
     PodSnapshotConditions,
     PodSnapshotReasons,
@@ -20,9 +25,9 @@ from ..contracts.crd import (
     condition_true,
     set_condition,
 )
-from ..contracts.manifest import Manifest
-from ..contracts.report import RestoreReport
-from ..podspec import CONTROL_VOLUME, container_status, is_running
+from restore_runtime.contracts.manifest import Manifest
+from restore_runtime.contracts.report import RestoreReport
+from restore_runtime.timing import phases_text
 
 R = PodSnapshotReasons
 READY, FAILED = PodSnapshotConditions.READY, PodSnapshotConditions.FAILED
@@ -103,8 +108,7 @@ def captured(
             node_name=node, arch=c.arch, kernel_version=c.kernel, image_digest=c.image_digest,
             criu_version=c.criu_version, driver_version=c.driver_version,
             cuda_driver_version=str(c.cuda_driver_version) if c.cuda_driver_version else None,
-            gpus=[GpuInfo(uuid=g.uuid, product=g.product, memoryMiB=g.memory_mib)
-                  for g in c.gpus],
+            gpus=list(c.gpus),
         ),
     )  # fmt: skip
 
@@ -124,19 +128,15 @@ class RestoredCondition:
                 "message": self.message, "lastTransitionTime": now}  # fmt: skip
 
 
-REASONS = {
-    RestoreOutcome.RESTORED: ("True", "RestoreSucceeded"),
-    RestoreOutcome.FELL_BACK: ("False", "FellBackToColdStart"),
-    RestoreOutcome.FAILED: ("False", "RestoreFailed"),
-}
-
-
 def restored_condition(report: RestoreReport) -> RestoredCondition:
-    status, reason = REASONS[report.outcome]
-    timings = ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items())
+    status = (
+        ConditionStatus.TRUE if report.outcome is RestoreOutcome.RESTORED else ConditionStatus.FALSE
+    )
+    reason = RestoredReason.of(report.outcome)
+    timings = phases_text(report.timings)
     parts = [p for p in (report.reason, f"phase {report.failed_phase}" if report.failed_phase
                          else None, timings) if p]  # fmt: skip
-    return RestoredCondition(status, reason, "; ".join(parts) or report.outcome.value)
+    return RestoredCondition(status.value, reason.value, "; ".join(parts) or report.outcome.value)
 
 
 def needs_restore_report(pod: dict[str, Any], node: str) -> bool:

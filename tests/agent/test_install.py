@@ -11,7 +11,7 @@ import tomllib
 
 import pytest
 
-from restore_runtime.agent import install as inst
+from agent import install as inst
 from restore_runtime.errors import SnapshotError
 
 V2 = """version = 2

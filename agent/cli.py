@@ -1,0 +1,109 @@
+"""``snapshot-agent``: the node agent (``run``, the DaemonSet's container) and the node
+installer (``install-node``, its init container).
+
+Exit status: 0 success, 1 the operation failed (the message says why), 2 bad usage."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from restore_runtime.errors import SnapshotError
+
+log = logging.getLogger("snapshot.agent")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="snapshot-agent", description=__doc__.splitlines()[0])
+    p.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    a = sub.add_parser("run", help="run the node agent (the chart's DaemonSet runs this)")
+    a.add_argument("--node", default=os.environ.get("NODE_NAME"), help="default: $NODE_NAME")
+    a.add_argument("--store", type=Path, default=Path("/var/lib/snapshot/artifacts"),
+                   help="artifact store: the same path on every node that may restore")  # fmt: skip
+    a.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"))
+    a.add_argument("--runc-root", type=Path, default=Path("/run/containerd/runc/k8s.io"))
+    a.add_argument("--handshake-timeout", type=float, default=300.0, metavar="S")
+    a.add_argument("--sign-key", type=Path, help="Ed25519 private key (PEM) to sign with")
+    a.add_argument("--interval", type=float, default=2.0, help="seconds between passes")
+    a.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
+    a.add_argument("--metrics-port", type=int, default=9400, help="Prometheus /metrics; 0: off")
+
+    n = sub.add_parser("install-node", help="install the shim on a host, register it with "
+                       "containerd (the agent's init container runs this)")  # fmt: skip
+    n.add_argument("--host-root", type=Path, required=True, help="where the host's / is mounted")
+    n.add_argument("--prefix", type=Path, default=Path("/opt/snapshot"))
+    n.add_argument("--containerd-config", type=Path, default=Path("/etc/containerd/config.toml"))
+    n.add_argument("--verify-key", type=Path, help="Ed25519 public key restores must match")
+    n.add_argument("--restart-containerd", action="store_true",
+                   help="restart containerd (systemd) if its config changed")  # fmt: skip
+    return p
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from kubeclient import api as kube
+
+    from .run import Agent, AgentConfig
+
+    if not args.node:
+        raise SnapshotError("give --node or set NODE_NAME (the downward API's spec.nodeName)")
+    cfg = AgentConfig(
+        node=args.node,
+        store=args.store,
+        kubelet_root=args.kubelet_root,
+        runc_root=args.runc_root,
+        handshake_timeout_s=args.handshake_timeout,
+        sign_key=args.sign_key,
+    )
+
+    async def run() -> None:
+        async with await kube.api_client(args.kubeconfig) as api:
+            agent = Agent(api, cfg)
+            if args.metrics_port:
+                agent.metrics.serve(args.metrics_port)
+            log.info("agent for node %s, artifact store %s", cfg.node, cfg.store)
+            await kube.resync(agent.pass_once, args.interval)
+
+    asyncio.run(run())
+    return 0
+
+
+def cmd_install_node(args: argparse.Namespace) -> int:
+    from .install import install
+
+    res = install(args.host_root, args.prefix, args.containerd_config, args.verify_key)
+    print(f"shim: {res.shim}; containerd config {'updated' if res.config_changed else 'unchanged'}")
+    if res.config_changed and args.restart_containerd:
+        # containers keep running across a containerd restart (their shims outlive it)
+        subprocess.run(["nsenter", "--target", "1", "--mount", "--", "systemctl", "restart",
+                        "containerd"], check=True)  # fmt: skip
+        print("containerd restarted")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "install-node": cmd_install_node}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return COMMANDS[args.cmd](args)
+    except SnapshotError as e:
+        print(f"snapshot-agent {args.cmd}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

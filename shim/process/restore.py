@@ -1,0 +1,163 @@
+"""The restore path of a container whose OCI annotations name an artifact: the shim side of
+the engine's ``prepare -> restore -> finish`` sequence, every call going downward:
+
+    engine.prepare   verify -> compat gates -> rootfs diff -> network rebinding  (a thread)
+    runc restore     CRIU, into the new pod's namespaces and cgroups  (the shim's loop/reaper)
+    Restore.finish   page verification -> CUDA restore + unlock -> restore-complete  (a thread)
+
+The fallback/strict decision is the process state's (``states.CreatedFromArtifact``); this
+module restores, and reports what happened (control directory and shim log)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from restore_runtime.contracts import annotations as ann
+from restore_runtime.contracts.handshake import CONTROL_DIR_ENV, DEFAULT_CONTROL_DIR
+from restore_runtime.contracts.report import RestoreReport
+from restore_runtime.errors import SnapshotError
+
+log = logging.getLogger(__name__)
+# Established connections cannot follow the pod to its new address; clients reconnect. The
+# tree stays stopped until the engine has verified every page image.
+CRIU_CONFIG = "tcp-close\nleave-stopped\n"
+VERIFY_KEY_ENV = "SNAPSHOT_VERIFY_KEY"
+
+
+class RestoreFailed(Exception):
+    """The restore did not happen; ``phase`` and the message say why."""
+
+    def __init__(self, phase: str, reason: str) -> None:
+        self.phase, self.reason = phase, reason
+        super().__init__(f"restore failed in {phase}: {reason}")
+
+    @classmethod
+    def of(cls, e: BaseException) -> RestoreFailed:
+        if isinstance(e, SnapshotError):
+            return cls(e.phase, str(e))
+        return cls("setup", f"{type(e).__name__}: {e}")
+
+
+@dataclass(frozen=True)
+class RestoreTarget:
+    """What a container's OCI spec says about its restore."""
+
+    annotations: ann.RestoreAnnotations
+    artifact: Path
+    control_dir: Path | None
+    netns: str | None
+
+    @property
+    def policy(self) -> ann.RestorePolicy:
+        return self.annotations.policy
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> RestoreTarget | None:
+        """None for a container that starts normally (no artifact, the pod's sandbox, or
+        another container of a restored pod). AnnotationError for values outside their set:
+        the shim follows the same rules as the webhook."""
+        a = spec.get("annotations") or {}
+        if a.get(ann.CONTAINER_TYPE) == "sandbox":
+            return None
+        parsed = ann.RestoreAnnotations.parse(a)
+        if parsed.artifact is None:
+            return None
+        name = a.get(ann.CONTAINER_NAME)
+        if parsed.container and name and parsed.container != name:
+            return None
+        return cls(parsed, Path(parsed.artifact.removeprefix("file://")), control_dir(spec),
+                   netns_path(spec))  # fmt: skip
+
+    def report(self, report: RestoreReport) -> None:
+        from restore_runtime import handshake
+
+        log.info("restore report for %s: %s", self.artifact, report.to_json().decode())
+        if self.control_dir is not None:
+            try:
+                handshake.write_report(self.control_dir, report)
+            except OSError as e:
+                log.error("cannot write the restore report to %s: %s", self.control_dir, e)
+
+    def report_failure(self, e: RestoreFailed, outcome: ann.RestoreOutcome) -> None:
+        self.report(RestoreReport(outcome=outcome, artifact=str(self.artifact), reason=e.reason,
+                                  failedPhase=e.phase))  # fmt: skip
+
+
+def verify_key():
+    """The Ed25519 public key that restores require a signature from ($SNAPSHOT_VERIFY_KEY,
+    a PEM file; the node installer sets it when the chart has a signing key). Unset: no
+    signature is required, the digests still are. A key that cannot be read fails the
+    restore: unverifiable is not unsigned."""
+    path = os.environ.get(VERIFY_KEY_ENV)
+    if not path:
+        return None
+    from restore_runtime.artifact import signing
+
+    return signing.load_public_key(Path(path))
+
+
+def control_dir(spec: dict) -> Path | None:
+    """The host path of the volume mounted at $SNAPSHOT_CONTROL_DIR in the container."""
+    env = dict(e.split("=", 1) for e in (spec.get("process") or {}).get("env", []) if "=" in e)
+    dest = env.get(CONTROL_DIR_ENV, DEFAULT_CONTROL_DIR)
+    for m in spec.get("mounts") or []:
+        if m.get("destination") == dest and m.get("source"):
+            return Path(m["source"])
+    return None
+
+
+def netns_path(spec: dict) -> str | None:
+    for ns in (spec.get("linux") or {}).get("namespaces") or []:
+        if ns.get("type") == "network" and ns.get("path"):
+            return ns["path"]
+    return None
+
+
+async def restore(p, t: RestoreTarget) -> RestoreReport:
+    """Restore init process ``p`` (an InitProcess, not yet created) from ``t``; on success
+    ``p`` runs with its pid set. Raises RestoreFailed, having left nothing behind: no runc
+    container, no restored process, no work directory."""
+    # The engine is imported by restoring containers only: plain pods stay light.
+    from restore_runtime.executor import RestoreRequest, prepare
+    from restore_runtime.runc import RuncError
+
+    from .io import ProcessIO
+
+    if p.stdio.terminal:
+        raise RestoreFailed("setup", "restoring a container with a terminal (tty) is not supported")
+    try:
+        req = RestoreRequest(
+            artifact=t.artifact, verify_key=verify_key(), control_dir=t.control_dir,
+            netns=t.netns, skip_compat=t.annotations.skip_compat, rootfs=p.bundle / "rootfs",
+            criu_version=await p.runc.criu_version(), log_dir=p.workdir,
+            admitted_digest=t.annotations.manifest_digest,
+        )  # fmt: skip
+        r = await asyncio.to_thread(prepare, req)
+    except Exception as e:
+        raise RestoreFailed.of(e) from e
+    try:
+        p.io = await ProcessIO.open(p.stdio)
+        with r.phase("criu"):
+            try:
+                await p.runc.restore(p.container_id, p.bundle, r.images, r.work, p.pidfile,
+                                     p.io.child, criu_config=CRIU_CONFIG)  # fmt: skip
+            except SnapshotError as e:
+                raise r.restore_failed(e) from None
+        report = await asyncio.to_thread(r.finish, p.read_pid())
+    except Exception as e:
+        if p.io is not None:
+            p.io.close()
+            p.io = None
+        await asyncio.to_thread(r.close)
+        with contextlib.suppress(RuncError):  # nothing may have been created
+            await p.runc.delete(p.container_id, force=True)
+        raise RestoreFailed.of(e) from e
+    await asyncio.to_thread(r.close)
+    p.io.after_start()
+    p.pid = report.pid or 0
+    return report
