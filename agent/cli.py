@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from restore_runtime.cli import dispatch
 from restore_runtime.errors import SnapshotError
 
 log = logging.getLogger("snapshot.agent")
@@ -92,17 +93,9 @@ COMMANDS = {"run": cmd_run, "install-node": cmd_install_node}
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    return dispatch(
+        "snapshot-agent", COMMANDS, args, logging.DEBUG if args.verbose else logging.INFO
     )
-    try:
-        return COMMANDS[args.cmd](args)
-    except SnapshotError as e:
-        print(f"snapshot-agent {args.cmd}: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
 
 
 if __name__ == "__main__":

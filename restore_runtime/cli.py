@@ -219,20 +219,25 @@ COMMANDS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def dispatch(prog: str, commands: dict, args: argparse.Namespace, level: int) -> int:
+    """Run ``commands[args.cmd]``: a SnapshotError is one line on stderr and exit status 1
+    (the console scripts' shared contract), Ctrl-C exit status 130."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return COMMANDS[args.cmd](args)
+        return commands[args.cmd](args)
     except SnapshotError as e:
-        print(f"snapshotctl {args.cmd}: {e}", file=sys.stderr)
+        print(f"{prog} {args.cmd}: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"snapshotctl {args.cmd}: interrupted", file=sys.stderr)
+        print(f"{prog} {args.cmd}: interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return dispatch(
+        "snapshotctl", COMMANDS, args, logging.INFO if args.verbose else logging.WARNING
+    )
 
 
 if __name__ == "__main__":
