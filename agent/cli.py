@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from restore_runtime.cli import dispatch
+from restore_runtime.contracts.node import DEFAULT_STORE_ROOT
 from restore_runtime.errors import SnapshotError
 
 log = logging.getLogger("snapshot.agent")
@@ -42,6 +43,19 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--prefix", type=Path, default=Path("/opt/snapshot"))
     n.add_argument("--containerd-config", type=Path, default=Path("/etc/containerd/config.toml"))
     n.add_argument("--verify-key", type=Path, help="Ed25519 public key restores must match")
+    n.add_argument(
+        "--sign-key",
+        type=Path,
+        help="the agent's Ed25519 private key: only its public half is installed",
+    )
+    n.add_argument(
+        "--store",
+        type=Path,
+        default=DEFAULT_STORE_ROOT,
+        help="the artifact store: restores read artifacts from under it only",
+    )
+    n.add_argument("--no-signing-required", dest="signing_required", action="store_false",
+                   help="let the shim restore unsigned artifacts (weakens isolation)")  # fmt: skip
     n.add_argument("--restart-containerd", action="store_true",
                    help="restart containerd (systemd) if its config changed")  # fmt: skip
     return p
@@ -78,7 +92,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_install_node(args: argparse.Namespace) -> int:
     from .install import install
 
-    res = install(args.host_root, args.prefix, args.containerd_config, args.verify_key)
+    res = install(args.host_root, args.prefix, args.containerd_config, args.verify_key,
+                  store_root=args.store, signing_required=args.signing_required,
+                  sign_key=args.sign_key)  # fmt: skip
     print(f"shim: {res.shim}; containerd config {'updated' if res.config_changed else 'unchanged'}")
     if res.config_changed and args.restart_containerd:
         # containers keep running across a containerd restart (their shims outlive it)

@@ -1,14 +1,18 @@
 """Node installation, run by the agent DaemonSet's init container with the host's root
 mounted: put the shim on the host and register runtime handler `snapshot` with containerd.
 
-    snapshot-agent install-node --host-root /host [--prefix /opt/snapshot] [--verify-key K]
+    snapshot-agent install-node --host-root /host [--prefix /opt/snapshot]
+        [--sign-key PRIVATE.pem | --verify-key PUBLIC.pem | --no-signing-required]
+        [--store /var/lib/snapshot/artifacts]
 
 - The shim runs on the host, started by containerd, so it cannot use the image's files: the
   Python installation this runs from (interpreter, standard library, shared library) and
   the virtualenv's packages are copied to PREFIX on the host.
 - A wrapper goes to HOST/usr/local/bin/containerd-shim-snapshot-v2 (containerd looks for
-  `containerd-shim-<name>-v2` on its PATH). With --verify-key, the public key is copied too
-  and the wrapper exports SNAPSHOT_VERIFY_KEY, so restores demand a signature.
+  `containerd-shim-<name>-v2` on its PATH). It exports the node's restore settings
+  (contracts/node.py): the artifact store restores may read, and the public key they must be
+  signed with. Only the public key reaches the host: from --sign-key, it is derived here.
+  Without a key, restores are refused unless --no-signing-required (the admin's opt-out).
 - containerd's config gets the runtime table, appended once. An imported drop-in would
   replace containerd 1.7's whole CRI table (see docs/kubernetes.md), so the config file
   itself is edited, after a backup. containerd must be restarted to read it; containers
@@ -26,7 +30,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from restore_runtime.artifact import signing
 from restore_runtime.contracts import runtime
+from restore_runtime.contracts.node import DEFAULT_STORE_ROOT, NodeConfig
 from restore_runtime.errors import SnapshotError
 
 log = logging.getLogger("snapshot.install")
@@ -80,8 +86,8 @@ def shim_command(prefix: Path, python: str) -> list[str]:
     return [f"{prefix}/python/bin/{python}", "-c", boot]
 
 
-def wrapper(prefix: Path, python: str, verify_key: Path | None) -> str:
-    env = f'export SNAPSHOT_VERIFY_KEY="{verify_key}"\n' if verify_key else ""
+def wrapper(prefix: Path, python: str, node: NodeConfig) -> str:
+    env = "".join(f'export {k}="{v}"\n' for k, v in sorted(node.to_env().items()))
     exe, flag, boot = shim_command(prefix, python)
     return (
         "#!/bin/sh\n"
@@ -106,8 +112,12 @@ def install(
     config: Path = Path("/etc/containerd/config.toml"),
     verify_key: Path | None = None,
     packages: Path | None = None,
+    store_root: Path = DEFAULT_STORE_ROOT,
+    signing_required: bool = True,
+    sign_key: Path | None = None,
 ) -> InstallResult:
-    """packages: the site-packages to copy (default: this environment's)."""
+    """packages: the site-packages to copy (default: this environment's). The public key
+    comes from ``verify_key``, or is derived from the private ``sign_key``."""
     host_prefix = host_root / prefix.relative_to("/")
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"
     base = Path(sys.base_prefix)
@@ -130,10 +140,19 @@ def install(
     shutil.copytree(site, staging / "site-packages", symlinks=False,
                     ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     key = None
-    if verify_key is not None:
+    if verify_key is not None or sign_key is not None:
         (staging / "keys").mkdir()
-        shutil.copy2(verify_key, staging / "keys" / "verify.pem")
+        dest = staging / "keys" / "verify.pem"
+        if sign_key is not None:
+            dest.write_bytes(signing.public_pem(signing.load_private_key(sign_key)))
+        else:
+            shutil.copy2(verify_key, dest)
         key = prefix / "keys" / "verify.pem"
+    elif signing_required:
+        log.warning("no verify key: restores on this node are refused until one is installed "
+                    "(or signing is turned off with --no-signing-required)")  # fmt: skip
+    node = NodeConfig(store_root=store_root, verify_key_path=key,
+                      signing_required=signing_required)  # fmt: skip
     # swap in the new tree whole: a shim starting meanwhile sees the old or the new one
     old = host_prefix.with_name(host_prefix.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
@@ -145,7 +164,7 @@ def install(
     shim = host_root / "usr/local/bin" / SHIM_NAME
     shim.parent.mkdir(parents=True, exist_ok=True)
     tmp = shim.with_name(shim.name + ".new")
-    tmp.write_text(wrapper(prefix, python, key))
+    tmp.write_text(wrapper(prefix, python, node))
     tmp.chmod(0o755)
     tmp.replace(shim)
 

@@ -114,6 +114,7 @@ class Agent:
             handshake_timeout_s=self.cfg.handshake_timeout_s,
             sign_key=key,
             pod=name, namespace=ns, container=snap.container,
+            pod_snapshot=snap.metadata.name, pod_snapshot_uid=snap.metadata.uid or None,
             image_digest=d.image_digest(pod, snap.container or ""),
         )  # fmt: skip
         log.info("checkpointing %s/%s (container %s) into %s", ns, name, cid[:12], out)

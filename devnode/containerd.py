@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
+from restore_runtime.artifact import signing
+from restore_runtime.contracts.annotations import ARTIFACT, MANIFEST_DIGEST
+from restore_runtime.contracts.node import NodeConfig
 from restore_runtime.contracts.runtime import runtime_table
+from restore_runtime.executor import CheckpointRequest, CheckpointResult, checkpoint
+from restore_runtime.executor.runners import RuncContainer
 
 from . import registry
 from .images import write_oci_archive
@@ -22,6 +27,7 @@ NAMESPACE = "k8s.io"
 PAUSE_IMAGE = "localhost/snapshot/pause:1"
 BUSYBOX_IMAGE = "localhost/snapshot/busybox:1"
 CNI_BIN = "/usr/lib/cni"
+RUNC_ROOT = Path(f"/run/containerd/runc/{NAMESPACE}")
 
 SNAPSHOT_RUNTIME = runtime_table(2)
 
@@ -65,6 +71,12 @@ imports = ["{base}/conf.d/*.toml"]
 {cri_section(base, with_snapshot=False)}"""
 
 
+def admitted(art: CheckpointResult, **extra: str) -> dict[str, str]:
+    """The annotations the webhook gives a pod restoring ``art`` (its artifact and digest),
+    plus ``extra`` (for example the restore policy)."""
+    return {ARTIFACT: f"file://{art.path}", MANIFEST_DIGEST: art.digest, **extra}
+
+
 def cni_conflist(bridge: str, subnet: str) -> str:
     return f"""{{
   "cniVersion": "1.0.0",
@@ -92,9 +104,37 @@ class Containerd:
     def address(self) -> str:
         return str(self.base / "containerd.sock")
 
+    @property
+    def store(self) -> Path:
+        """The node's artifact store: the shim restores only artifacts from under it."""
+        return self.base / "store"
+
+    @property
+    def sign_key(self) -> Path:
+        """The node agent's signing key; the shim holds only its public half."""
+        return self.base / "signing" / "private.pem"
+
+    def node_config(self) -> NodeConfig:
+        return NodeConfig(
+            store_root=self.store, verify_key_path=self.sign_key.with_name("public.pem")
+        )
+
     def env(self) -> dict[str, str]:
         path = ":".join([*self.bin_dirs, os.environ.get("PATH", "/usr/bin:/bin")])
-        return {**os.environ, "PATH": path}
+        # containerd passes its environment on to the shims it starts
+        return {**os.environ, "PATH": path, **self.node_config().to_env()}
+
+    def checkpoint(self, container_id: str, name: str, namespace: str = "default",
+                   **kw) -> CheckpointResult:  # fmt: skip
+        """Checkpoint a container of this node into its store, as the node agent does: under
+        ``<store>/<namespace>/<name>``, signed, bound to the namespace."""
+        (self.store / namespace).mkdir(parents=True, exist_ok=True)
+        return checkpoint(CheckpointRequest(
+            output=self.store / namespace / name,
+            runc_container=RuncContainer(RUNC_ROOT, container_id),
+            sign_key=signing.load_private_key(self.sign_key), namespace=namespace,
+            pod_snapshot=name, **kw,
+        ))  # fmt: skip
 
     def restart(self) -> None:
         """Stop containerd alone (shims and containers keep running) and start it again."""
@@ -104,8 +144,10 @@ class Containerd:
         self.start(import_images=False)
 
     def start(self, timeout: float = 30.0, import_images: bool = True) -> None:
-        for d in ("conf.d", "cni", "root", "state", "certs.d/_default"):
+        for d in ("conf.d", "cni", "root", "state", "certs.d/_default", "store", "signing"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
+        if not self.sign_key.exists():
+            signing.generate_keypair(self.sign_key, self.sign_key.with_name("public.pem"))
         if self.registry is None:
             archive = self.base / "registry-busybox.tar"
             write_oci_archive(archive, BUSYBOX_IMAGE, ["sh"])

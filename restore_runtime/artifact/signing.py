@@ -62,3 +62,12 @@ def signature_valid(manifest_bytes: bytes, signature: bytes, key: Ed25519PublicK
     except InvalidSignature:
         return False
     return True
+
+
+def public_pem(key: Ed25519PrivateKey) -> bytes:
+    """The public half of ``key`` as PEM (what nodes hold)."""
+    from cryptography.hazmat.primitives import serialization
+
+    return key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )

@@ -22,7 +22,10 @@ CONTAINER = "snapshot.nvidia.com/container"
 INTERNAL_RESTORE_POLICY = "snapshot.nvidia.com/restore-policy"
 INTERNAL_KEYS = (ARTIFACT, MANIFEST_DIGEST, CONTAINER, INTERNAL_RESTORE_POLICY)
 
-# Set by the CRI plugin on every container's OCI spec.
+# Set by the CRI plugin on every container's OCI spec, from the kubelet's sandbox metadata
+# (a pod's own annotations cannot override them: only nvidia.com/* and snapshot.nvidia.com/*
+# pass through to the spec).
+SANDBOX_NAMESPACE = "io.kubernetes.cri.sandbox-namespace"
 POD_NAMESPACE = "io.kubernetes.pod.namespace"
 CONTAINER_NAME = "io.kubernetes.cri.container-name"
 CONTAINER_TYPE = "io.kubernetes.cri.container-type"

@@ -55,6 +55,9 @@ class Source(_Model):
     namespace: str | None = None
     container: str | None = None
     node: str | None = None
+    #: the PodSnapshot this artifact was made for (binding; the signature covers it)
+    pod_snapshot: str | None = Field(default=None, alias="podSnapshot")
+    pod_snapshot_uid: str | None = Field(default=None, alias="podSnapshotUid")
 
 
 class Network(_Model):

@@ -46,6 +46,9 @@ class CheckpointRequest:
     #: optional identity of the source when it is a pod (filled in by the node agent)
     pod: str | None = None
     namespace: str | None = None
+    #: the PodSnapshot being captured (recorded in the manifest, for binding)
+    pod_snapshot: str | None = None
+    pod_snapshot_uid: str | None = None
     container: str | None = None
     image_digest: str | None = None
 
@@ -166,6 +169,8 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
                 command=command,
                 pod=req.pod,
                 namespace=req.namespace,
+                podSnapshot=req.pod_snapshot,
+                podSnapshotUid=req.pod_snapshot_uid,
                 container=req.container,
             ),
             compat=Compat(

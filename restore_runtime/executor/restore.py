@@ -33,15 +33,16 @@ if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
 
 
 from .. import handshake, mounts, procs
+from ..artifact import binding
 from ..artifact.rootfs import apply_rootfs_diff
 from ..artifact.verify import check_digests, load_manifest, manifest_digest, plan
 from ..compat import HostInfo, check, gpu_pairs, host_info
 from ..contracts.annotations import RestoreOutcome
 from ..contracts.manifest import CRIU_DIR, Manifest
 from ..contracts.report import RestoreReport
-from ..criu import images, runner
+from ..criu import creds, images, runner
 from ..cuda.driver import CudaDriver
-from ..errors import IncompatibleError, Problem, SnapshotError, VerificationError
+from ..errors import IncompatibleError, SnapshotError, VerificationError
 from ..netns import global_addresses, netns_path, rebind_map
 from ..progress import Progress
 from ..timing import PhaseTimer
@@ -70,8 +71,15 @@ class RestoreRequest:
     #: the CRIU version, when the caller read it itself (the shim, through its reaper: no
     #: subprocess of the engine's may race the shim's waitpid(-1))
     criu_version: str | None = None
-    #: the manifest digest the restore was admitted for: the artifact must still be that one
+    #: Binding (the shim sets all three; snapshotctl none): the artifact must lie under
+    #: ``store_root``, be made in ``namespace``, and have the manifest digest admitted
+    store_root: Path | None = None
+    namespace: str | None = None
     admitted_digest: str | None = None
+    #: refuse an artifact without a valid signature (needs ``verify_key``)
+    require_signature: bool = False
+    #: the container's OCI spec: restored credentials may not exceed what it grants
+    oci_spec: dict | None = None
     #: where CRIU's log of a failed restore is kept (else it is logged)
     log_dir: Path | None = None
 
@@ -110,11 +118,18 @@ class Restore:
             # Opening the CUDA driver (cuInit, ~0.2s) overlaps hashing and CRIU. The unverified
             # manifest only decides whether to open it; nothing else is taken from it.
             self._cuda = self._pool.submit(_open_cuda, self.artifact)
-            if req.admitted_digest:
-                _require_digest(self.artifact, req.admitted_digest)
+            bound = req.store_root is not None
+            if bound:
+                self.artifact = binding.in_store(self.artifact, req.store_root)
+                binding.admitted(_digest_of(self.artifact), req.admitted_digest)
+            if req.require_signature and req.verify_key is None:
+                raise SnapshotError("signed artifacts are required, but no verify key is set "
+                                    "(the node's SNAPSHOT_VERIFY_KEY)")  # fmt: skip
             manifest, problems, jobs = plan(self.artifact, req.verify_key)
             if problems or manifest is None:
                 raise VerificationError(problems)
+            if bound:
+                binding.for_namespace(manifest, req.namespace or "")
             pages = [j for j in jobs if _PAGE_IMAGE.match(j.entry.path)]
             if problems := check_digests([j for j in jobs if j not in pages]):
                 raise VerificationError(problems)
@@ -129,9 +144,14 @@ class Restore:
             if not req.skip_compat and (reasons := check(manifest.compat, host)):
                 raise IncompatibleError(reasons)
             self.host = host
+            _stage_images(self.artifact / CRIU_DIR, self.work)
+            if req.oci_spec is not None and (
+                why := creds.check(creds.load(self.images), req.oci_spec)
+            ):
+                raise SnapshotError("the images ask for more privilege than the container's spec "
+                                    "grants:\n  " + "\n  ".join(why))  # fmt: skip
             if req.rootfs is not None:
                 apply_rootfs_diff(self.artifact, req.rootfs)
-            _stage_images(self.artifact / CRIU_DIR, self.work)
             target_ns = netns_path(req.netns) if req.netns else "/proc/self/ns/net"
             if manifest.network.external_netns:
                 self.netns = target_ns
@@ -259,21 +279,11 @@ def _stage_images(src: Path, work: Path) -> Path:
     return view
 
 
-def _require_digest(artifact: Path, admitted: str) -> None:
+def _digest_of(artifact: Path) -> str:
     try:
-        found = manifest_digest(artifact)
+        return manifest_digest(artifact)
     except OSError as e:
-        found = f"unreadable ({e.strerror})"
-    if found != admitted:
-        raise VerificationError(
-            [
-                Problem(
-                    "manifest.json",
-                    "manifest",
-                    f"manifest digest {found} is not the admitted {admitted}",
-                )
-            ]
-        )
+        return f"unreadable ({e.strerror})"
 
 
 def _keep_log(work: Path, log_dir: Path | None) -> None:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from restore_runtime.contracts.node import NodeConfig
 from restore_runtime.runc import Runc, RuncError
 
 from ..ttrpc.codes import Code, RPCError
@@ -117,7 +118,8 @@ class InitProcess(Process):
         """Restore from the artifact (RestoreFailed when it did not happen: nothing is left
         behind, and a cold start may follow)."""
         assert self.restore_target is not None
-        self.restore_target.report(await restore_from(self, self.restore_target))
+        report = await restore_from(self, self.restore_target, NodeConfig.from_env())
+        self.restore_target.report(report)
 
     async def do_kill(self, sig: int, all_: bool) -> None:
         await runc_call(self.runc.kill(self.container_id, sig, all_))

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from restore_runtime.contracts import annotations as ann
 from restore_runtime.contracts.handshake import CONTROL_DIR_ENV, DEFAULT_CONTROL_DIR
+from restore_runtime.contracts.node import NodeConfig
 from restore_runtime.contracts.report import RestoreReport
 from restore_runtime.errors import SnapshotError
 
@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 # Established connections cannot follow the pod to its new address; clients reconnect. The
 # tree stays stopped until the engine has verified every page image.
 CRIU_CONFIG = "tcp-close\nleave-stopped\n"
-VERIFY_KEY_ENV = "SNAPSHOT_VERIFY_KEY"
 
 
 class RestoreFailed(Exception):
@@ -51,6 +50,9 @@ class RestoreTarget:
     artifact: Path
     control_dir: Path | None
     netns: str | None
+    #: the pod's namespace (from the CRI's OCI annotations): the artifact must be made there
+    namespace: str
+    spec: dict
 
     @property
     def policy(self) -> ann.RestorePolicy:
@@ -70,8 +72,9 @@ class RestoreTarget:
         name = a.get(ann.CONTAINER_NAME)
         if parsed.container and name and parsed.container != name:
             return None
-        return cls(parsed, Path(parsed.artifact.removeprefix("file://")), control_dir(spec),
-                   netns_path(spec))  # fmt: skip
+        artifact = Path(parsed.artifact.removeprefix("file://"))
+        namespace = a.get(ann.SANDBOX_NAMESPACE) or a.get(ann.POD_NAMESPACE) or ""
+        return cls(parsed, artifact, control_dir(spec), netns_path(spec), namespace, spec)
 
     def report(self, report: RestoreReport) -> None:
         from restore_runtime import handshake
@@ -86,19 +89,6 @@ class RestoreTarget:
     def report_failure(self, e: RestoreFailed, outcome: ann.RestoreOutcome) -> None:
         self.report(RestoreReport(outcome=outcome, artifact=str(self.artifact), reason=e.reason,
                                   failedPhase=e.phase))  # fmt: skip
-
-
-def verify_key():
-    """The Ed25519 public key that restores require a signature from ($SNAPSHOT_VERIFY_KEY,
-    a PEM file; the node installer sets it when the chart has a signing key). Unset: no
-    signature is required, the digests still are. A key that cannot be read fails the
-    restore: unverifiable is not unsigned."""
-    path = os.environ.get(VERIFY_KEY_ENV)
-    if not path:
-        return None
-    from restore_runtime.artifact import signing
-
-    return signing.load_public_key(Path(path))
 
 
 def control_dir(spec: dict) -> Path | None:
@@ -118,7 +108,7 @@ def netns_path(spec: dict) -> str | None:
     return None
 
 
-async def restore(p, t: RestoreTarget) -> RestoreReport:
+async def restore(p, t: RestoreTarget, node: NodeConfig) -> RestoreReport:
     """Restore init process ``p`` (an InitProcess, not yet created) from ``t``; on success
     ``p`` runs with its pid set. Raises RestoreFailed, having left nothing behind: no runc
     container, no restored process, no work directory."""
@@ -132,10 +122,12 @@ async def restore(p, t: RestoreTarget) -> RestoreReport:
         raise RestoreFailed("setup", "restoring a container with a terminal (tty) is not supported")
     try:
         req = RestoreRequest(
-            artifact=t.artifact, verify_key=verify_key(), control_dir=t.control_dir,
+            artifact=t.artifact, verify_key=node.verify_key(), control_dir=t.control_dir,
             netns=t.netns, skip_compat=t.annotations.skip_compat, rootfs=p.bundle / "rootfs",
             criu_version=await p.runc.criu_version(), log_dir=p.workdir,
+            store_root=node.store_root, namespace=t.namespace,
             admitted_digest=t.annotations.manifest_digest,
+            require_signature=node.signing_required, oci_spec=t.spec,
         )  # fmt: skip
         r = await asyncio.to_thread(prepare, req)
     except Exception as e:

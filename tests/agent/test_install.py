@@ -12,6 +12,7 @@ import tomllib
 import pytest
 
 from agent import install as inst
+from restore_runtime.artifact import signing
 from restore_runtime.errors import SnapshotError
 
 V2 = """version = 2
@@ -59,17 +60,21 @@ def test_install_into_a_host_root(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     purelib = next(p for p in sys.path if p.endswith("site-packages"))
     (packages / "snapshot.pth").write_text(f"{root}\n{purelib}\n")
-    key = tmp_path / "verify.pem"
-    key.write_text("-----BEGIN PUBLIC KEY-----\n")
+    private, public = tmp_path / "sign.pem", tmp_path / "verify.pem"
+    signing.generate_keypair(private, public)
 
-    res = inst.install(host, packages=packages, verify_key=key)
+    res = inst.install(host, packages=packages, sign_key=private)
     assert res.config_changed and res.shim == host / "usr/local/bin/containerd-shim-snapshot-v2"
     assert (host / "etc/containerd/config.toml.pre-snapshot").read_text() == V2
     assert "snapshot" in tomllib.loads(config.read_text())["plugins"][
         "io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]  # fmt: skip
     text = res.shim.read_text()
     assert 'SNAPSHOT_VERIFY_KEY="/opt/snapshot/keys/verify.pem"' in text
-    assert (host / "opt/snapshot/keys/verify.pem").exists()
+    assert 'SNAPSHOT_SIGNING_REQUIRED="true"' in text
+    assert 'SNAPSHOT_STORE_ROOT="/var/lib/snapshot/artifacts"' in text
+    # only the public half reaches the host
+    assert (host / "opt/snapshot/keys/verify.pem").read_bytes() == public.read_bytes()
+    assert b"PRIVATE" not in b"".join(f.read_bytes() for f in (host / "opt").rglob("*.pem"))
     assert os.access(res.shim, os.X_OK)
 
     # The wrapper's command, pointed at the scratch root instead of the host's /, runs the
@@ -82,5 +87,6 @@ def test_install_into_a_host_root(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "snapshot-shim" in out.stdout
 
-    again = inst.install(host, packages=packages)
+    again = inst.install(host, packages=packages, signing_required=False)
     assert not again.config_changed and "SNAPSHOT_VERIFY_KEY" not in again.shim.read_text()
+    assert 'SNAPSHOT_SIGNING_REQUIRED="false"' in again.shim.read_text()

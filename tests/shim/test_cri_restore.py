@@ -2,7 +2,7 @@
 our shim, with CNI bridge networking, real runc and CRIU.
 
 Cases: a plain container under handler ``snapshot`` logs, execs and exits as under runc;
-pod A serves a stateful counter on its pod IP, is checkpointed with snapshotctl (through
+pod A serves a stateful counter on its pod IP, is checkpointed as the node agent does (through
 runc), and pod B (other IP, artifact annotations, handler snapshot) comes up restored with
 A's state, serving on B's IP, report ``restored``; two pods restore from one artifact at
 once; a tampered artifact cold-starts under ``fallback`` with the reason in the report and
@@ -20,10 +20,12 @@ from pathlib import Path
 import pytest
 
 from devnode import workloads
+from devnode.containerd import admitted
 from devnode.cri import TOOLS_BIN, Crictl
 from restore_runtime.contracts.handshake import RESTORE_REPORT
+from restore_runtime.executor import CheckpointResult
 from tests.conftest import requires_containerd
-from tests.helpers import ask, snapshotctl
+from tests.helpers import ask
 
 pytestmark = [
     requires_containerd,
@@ -110,7 +112,9 @@ def shims_for(id_: str) -> int:
     return len(out.stdout.split())
 
 
-def checkpoint_pod_a(cri, tmp_path) -> tuple[Path, str, dict]:
+def checkpoint_pod_a(cri, node, namespace: str = "default") -> tuple[CheckpointResult, str, dict]:
+    """Pod A, asked three times, checkpointed as the node agent does (into the node's store,
+    signed, bound to ``namespace``)."""
     c, _ = cri
     pod_a, ctr_a, r = start_pod(cri, "src")
     assert r.returncode == 0, r.stderr
@@ -118,18 +122,16 @@ def checkpoint_pod_a(cri, tmp_path) -> tuple[Path, str, dict]:
     for _ in range(3):
         last = ask(ip_a, PORT, timeout=30)
     assert last["count"] == "3" and last["addr"].startswith(ip_a)
-    art = tmp_path / "artifact"
-    snapshotctl("checkpoint", "--container", ctr_a, "--output", str(art))
+    art = node.checkpoint(ctr_a, f"snap-{uuid.uuid4().hex[:6]}", namespace)
     return art, ip_a, last
 
 
-def test_restore_into_a_new_pod(cri, tmp_path):
+def test_restore_into_a_new_pod(cri, containerd, tmp_path):
     c, _ = cri
-    art, ip_a, before = checkpoint_pod_a(cri, tmp_path)
+    art, ip_a, before = checkpoint_pod_a(cri, containerd)
     ctl = tmp_path / "ctl-b"
     ctl.mkdir()
-    pod_b, _, r = start_pod(cri, "dst", annotations={"snapshot.nvidia.com/artifact": str(art)},
-                            control=ctl)  # fmt: skip
+    pod_b, _, r = start_pod(cri, "dst", annotations=admitted(art), control=ctl)
     assert r.returncode == 0, r.stderr
     ip_b = c.pod_ip(pod_b)
     assert ip_b != ip_a
@@ -142,30 +144,27 @@ def test_restore_into_a_new_pod(cri, tmp_path):
     assert {"verify", "criu", "wake"} <= set(report["timings"])
 
 
-def test_two_pods_restore_from_one_artifact_at_once(cri, tmp_path):
+def test_two_pods_restore_from_one_artifact_at_once(cri, containerd):
     import concurrent.futures as cf
 
     c, _ = cri
-    art, _, _ = checkpoint_pod_a(cri, tmp_path)
+    art, _, _ = checkpoint_pod_a(cri, containerd)
     with cf.ThreadPoolExecutor(2) as pool:
         starts = list(pool.map(
-            lambda i: start_pod(cri, f"twin{i}",
-                                annotations={"snapshot.nvidia.com/artifact": str(art)}),
-            range(2)))  # fmt: skip
+            lambda i: start_pod(cri, f"twin{i}", annotations=admitted(art)), range(2)))  # fmt: skip
     for pod, _, r in starts:
         assert r.returncode == 0, r.stderr
         assert ask(c.pod_ip(pod), PORT, timeout=30)["count"] == "4"
 
 
 @pytest.mark.parametrize("policy", ["fallback", "strict"])
-def test_tampered_artifact(cri, tmp_path, policy):
+def test_tampered_artifact(cri, containerd, tmp_path, policy):
     c, _ = cri
-    art, _, _ = checkpoint_pod_a(cri, tmp_path)
-    (art / "criu" / "core-1.img").write_bytes(b"tampered")
+    art, _, _ = checkpoint_pod_a(cri, containerd)
+    (art.path / "criu" / "core-1.img").write_bytes(b"tampered")
     ctl = tmp_path / "ctl"
     ctl.mkdir()
-    annotations = {"snapshot.nvidia.com/artifact": str(art),
-                   "snapshot.nvidia.com/restore-policy": policy}  # fmt: skip
+    annotations = admitted(art, **{"snapshot.nvidia.com/restore-policy": policy})
     pod, _, r = start_pod(cri, f"bad-{policy}", annotations=annotations, control=ctl)
     report = json.loads((ctl / RESTORE_REPORT).read_text())
     assert report["failedPhase"] == "verify"
@@ -222,15 +221,14 @@ def test_stats_and_resource_update(cri):
             assert int(limit.read_text()) == 300 * 1024 * 1024, handler
 
 
-def test_manifest_digest_must_match_the_admitted_one(cri, tmp_path):
+def test_manifest_digest_must_match_the_admitted_one(cri, containerd, tmp_path):
     """The webhook records the manifest digest it admitted; an artifact replaced since then
     (here: a digest that does not match) is not restored, and strict fails the start."""
-    art, _, _ = checkpoint_pod_a(cri, tmp_path)
+    art, _, _ = checkpoint_pod_a(cri, containerd)
     ctl = tmp_path / "ctl"
     ctl.mkdir()
-    annotations = {"snapshot.nvidia.com/artifact": str(art),
-                   "snapshot.nvidia.com/manifest-digest": "sha256:" + "0" * 64,
-                   "snapshot.nvidia.com/restore-policy": "strict"}  # fmt: skip
+    annotations = admitted(art, **{"snapshot.nvidia.com/manifest-digest": "sha256:" + "0" * 64,
+                                   "snapshot.nvidia.com/restore-policy": "strict"})  # fmt: skip
     _, _, r = start_pod(cri, "digest", annotations=annotations, control=ctl)
     assert r.returncode != 0 and "is not the admitted" in r.stderr
     report = json.loads((ctl / RESTORE_REPORT).read_text())

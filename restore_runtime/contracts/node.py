@@ -1,0 +1,54 @@
+"""The node's restore settings: where artifacts may come from and which key must have signed
+them. The installer writes them into the shim's wrapper as environment variables; the shim
+reads them back at each restore. One model, so the two cannot disagree on a name."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+VERIFY_KEY_ENV = "SNAPSHOT_VERIFY_KEY"
+SIGNING_REQUIRED_ENV = "SNAPSHOT_SIGNING_REQUIRED"
+STORE_ROOT_ENV = "SNAPSHOT_STORE_ROOT"
+DEFAULT_STORE_ROOT = Path("/var/lib/snapshot/artifacts")
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """What the node's admin decided (the installer writes it into the shim's wrapper as
+    environment variables): where artifacts may come from, and the key they must be signed
+    with. Secure by default: signatures are required unless turned off explicitly."""
+
+    store_root: Path = DEFAULT_STORE_ROOT
+    verify_key_path: Path | None = None
+    signing_required: bool = True
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> NodeConfig:
+        env = os.environ if env is None else env
+        key = env.get(VERIFY_KEY_ENV)
+        required = env.get(SIGNING_REQUIRED_ENV, "true").strip().lower()
+        return cls(
+            store_root=Path(env.get(STORE_ROOT_ENV) or DEFAULT_STORE_ROOT),
+            verify_key_path=Path(key) if key else None,
+            signing_required=required not in ("false", "0", "no"),
+        )
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that ``from_env`` reads back (the installer's wrapper sets it)."""
+        env = {STORE_ROOT_ENV: str(self.store_root),
+               SIGNING_REQUIRED_ENV: "true" if self.signing_required else "false"}  # fmt: skip
+        if self.verify_key_path is not None:
+            env[VERIFY_KEY_ENV] = str(self.verify_key_path)
+        return env
+
+    def verify_key(self):
+        """The Ed25519 public key restores require a signature from. A configured key that
+        cannot be read fails the restore: unverifiable is not unsigned."""
+        if self.verify_key_path is None:
+            return None
+        from restore_runtime.artifact import signing
+
+        return signing.load_public_key(self.verify_key_path)

@@ -1,0 +1,128 @@
+"""No privilege from images: CRIU runs as root and gives every restored thread the
+credentials stored in its ``core-*.img`` (``runc restore`` does not re-apply the OCI spec's),
+so a crafted image could come back with every capability. Before a restore, every thread's
+credentials are checked against what the container's OCI spec grants, and the restore is
+refused if any asks for more than a cold start of the same spec could ever have:
+
+- capabilities: each of the five sets within the spec's bounding set (the ceiling no process
+  of the container can exceed, even by exec);
+- uid/gid and supplementary groups: the spec's, unless the spec grants CAP_SETUID /
+  CAP_SETGID (then the process could have changed them itself);
+- no_new_privs: set if the spec sets it (it can never be cleared);
+- seccomp: a filter on every thread if the spec has a profile;
+- LSM profile: the spec's, if the image names one.
+
+The images are decoded with pycriu; the decision is a pure function of the decoded
+credentials and the spec (``check``), tested without CRIU."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .images import _pycriu_images
+
+#: Linux capability numbers (include/uapi/linux/capability.h)
+CAPS = [
+    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+    "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
+    "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT",
+    "SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD",
+    "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG",
+    "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
+]  # fmt: skip
+_BIT = {f"CAP_{name}": i for i, name in enumerate(CAPS)}
+SETS = {"cap_inh": "inheritable", "cap_prm": "permitted", "cap_eff": "effective",
+        "cap_bnd": "bounding", "cap_amb": "ambient"}  # fmt: skip
+SECCOMP_FILTER = 2
+
+
+@dataclass(frozen=True)
+class Creds:
+    """One restored thread's credentials, as the images give them."""
+
+    where: str  # e.g. "core-42.img"
+    uids: tuple[int, ...]
+    gids: tuple[int, ...]
+    groups: tuple[int, ...]
+    caps: dict[str, int]  # cap_inh/cap_prm/cap_eff/cap_bnd/cap_amb -> bitmask
+    no_new_privs: bool
+    seccomp_mode: int
+    lsm_profile: str
+
+
+def mask(names: list[str] | None) -> int:
+    out = 0
+    for n in names or []:
+        if n in _BIT:
+            out |= 1 << _BIT[n]
+    return out
+
+
+def names(bits: int) -> list[str]:
+    return [f"CAP_{c}" for i, c in enumerate(CAPS) if bits >> i & 1] + (
+        [f"cap#{i}" for i in range(len(CAPS), 64) if bits >> i & 1]
+    )
+
+
+def _words(ws: list[int]) -> int:
+    return sum((w & 0xFFFFFFFF) << (32 * i) for i, w in enumerate(ws or []))
+
+
+def load(images_dir: Path) -> list[Creds]:
+    """Every thread's credentials from the ``core-*.img`` files of a CRIU image directory."""
+    images = _pycriu_images()
+    out = []
+    for path in sorted(images_dir.glob("core-*.img")):
+        with open(path, "rb") as f:
+            img = images.load(f)
+        for entry in img["entries"]:
+            tc = entry.get("thread_core") or {}
+            c = tc.get("creds") or {}
+            out.append(Creds(
+                where=path.name,
+                uids=tuple(c.get(k, 0) for k in ("uid", "euid", "suid", "fsuid")),
+                gids=tuple(c.get(k, 0) for k in ("gid", "egid", "sgid", "fsgid")),
+                groups=tuple(c.get("groups") or ()),
+                caps={k: _words(c.get(k) or []) for k in SETS},
+                no_new_privs=bool(c.get("no_new_privs", 0)),
+                seccomp_mode=int(tc.get("seccomp_mode", 0) or 0),
+                lsm_profile=str(c.get("lsm_profile") or ""),
+            ))  # fmt: skip
+    return out
+
+
+def check(threads: list[Creds], spec: dict[str, Any]) -> list[str]:
+    """Why the images ask for more than ``spec`` (an OCI runtime spec) grants; [] if not."""
+    process = spec.get("process") or {}
+    caps = process.get("capabilities") or {}
+    given = {k: mask(caps.get(v)) for k, v in SETS.items()}
+    ceiling = given["cap_bnd"]
+    user = process.get("user") or {}
+    uid, gid = int(user.get("uid", 0)), int(user.get("gid", 0))
+    groups = {gid, *(int(g) for g in user.get("additionalGids") or [])}
+    can_setuid = bool(ceiling >> _BIT["CAP_SETUID"] & 1)
+    can_setgid = bool(ceiling >> _BIT["CAP_SETGID"] & 1)
+    nnp = bool(process.get("noNewPrivileges"))
+    seccomp = bool((spec.get("linux") or {}).get("seccomp"))
+    lsm = process.get("apparmorProfile") or process.get("selinuxLabel") or ""
+    problems = []
+    for t in threads:
+        for key, bits in t.caps.items():
+            if extra := bits & ~ceiling:
+                problems.append(f"{t.where}: {SETS[key]} capabilities {names(extra)} exceed the "
+                                "container's bounding set")  # fmt: skip
+        if not can_setuid and set(t.uids) != {uid}:
+            problems.append(f"{t.where}: uids {list(t.uids)}, the container runs as {uid}")
+        if not can_setgid and (set(t.gids) != {gid} or not set(t.groups) <= groups):
+            problems.append(f"{t.where}: gids {list(t.gids)} / groups {list(t.groups)}, the "
+                            f"container runs as {gid} with groups {sorted(groups)}")  # fmt: skip
+        if nnp and not t.no_new_privs:
+            problems.append(f"{t.where}: no_new_privs is cleared; the container sets it")
+        if seccomp and t.seccomp_mode != SECCOMP_FILTER:
+            problems.append(f"{t.where}: no seccomp filter; the container has a profile")
+        if t.lsm_profile and (not lsm or lsm not in t.lsm_profile):
+            problems.append(f"{t.where}: LSM profile {t.lsm_profile!r}, the container's is "
+                            f"{lsm or 'none'!r}")  # fmt: skip
+    return sorted(set(problems))
