@@ -24,12 +24,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 
 from kubeclient import api as kube
 from restore_runtime.artifact import signing
+from restore_runtime.artifact.pack import remove_stale_staging
 from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
 from restore_runtime.contracts.handshake import RESTORE_REPORT
 from restore_runtime.contracts.report import RestoreReport
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
 from restore_runtime.executor.runners import RuncContainer
+from restore_runtime.handshake import read_control_file
 from restore_runtime.timing import phases_text
 
 from . import decisions as d
@@ -79,17 +81,39 @@ class Agent:
         self.core = client.CoreV1Api(api)
         self.snapshots = kube.pod_snapshots(api)
         self.metrics = AgentMetrics()
+        #: checkpoints in flight, by PodSnapshot uid: each runs on its own, so one pod's slow
+        #: handshake never holds up another pod's checkpoint or the restore reports
+        self.running: dict[str, asyncio.Task] = {}
+        if stale := remove_stale_staging(cfg.store):
+            log.warning("removed %d staging dir(s) of interrupted checkpoints", len(stale))
 
     async def pass_once(self) -> None:
         for snap in await self.snapshots.list():
+            if snap.metadata.uid in self.running:
+                continue
             with kube.isolated(snap):
                 if d.interrupted(snap, self.cfg.node):
                     await self._fail(snap, "the agent restarted during the checkpoint")
                 elif d.to_checkpoint(snap, self.cfg.node):
-                    await self.checkpoint(snap)
+                    self._start_checkpoint(snap)
                 elif d.to_delete(snap, self.cfg.node):
                     await self.delete_artifact(snap)
         await self.report_restores()
+
+    def _start_checkpoint(self, snap: PodSnapshot) -> None:
+        async def run() -> None:
+            with kube.isolated(snap):
+                await self.checkpoint(snap)
+
+        uid = snap.metadata.uid
+        task = asyncio.ensure_future(run())
+        self.running[uid] = task
+        task.add_done_callback(lambda _: self.running.pop(uid, None))
+
+    async def drain(self) -> None:
+        """Wait for the checkpoints in flight (tests, shutdown)."""
+        while self.running:
+            await asyncio.gather(*self.running.values(), return_exceptions=True)
 
     async def checkpoint(self, snap: PodSnapshot) -> None:
         ns, name = snap.metadata.namespace, snap.spec.source.pod_ref.name
@@ -161,11 +185,12 @@ class Agent:
                 continue
             path = d.control_dir(self.cfg.kubelet_root, pod["metadata"]["uid"]) / RESTORE_REPORT
             try:
-                report = RestoreReport.model_validate_json(path.read_bytes())
+                report = RestoreReport.model_validate_json(read_control_file(path))
             except FileNotFoundError:
                 continue  # not started yet
-            except ValueError as e:
-                log.warning("unreadable restore report %s: %s", path, e)
+            except (ValueError, SnapshotError) as e:  # the pod's tenant controls this file
+                log.warning("unreadable restore report of pod %s/%s: %s",
+                            pod["metadata"]["namespace"], pod["metadata"]["name"], e)  # fmt: skip
                 continue
             await self.report(pod, report)
 

@@ -33,10 +33,12 @@ class Crictl:
         path.write_text(json.dumps(obj))
         return path
 
-    def run_pod(self, name: str, handler: str = "snapshot", annotations: dict | None = None,
-                host_network: bool = False) -> tuple[str, Path]:  # fmt: skip
+    def run_pod(
+        self, name: str, handler: str = "snapshot", annotations: dict | None = None,
+        host_network: bool = False, namespace: str = "default",
+    ) -> tuple[str, Path]:  # fmt: skip
         cfg = {
-            "metadata": {"name": name, "namespace": "default", "uid": uuid.uuid4().hex,
+            "metadata": {"name": name, "namespace": namespace, "uid": uuid.uuid4().hex,
                          "attempt": 0},
             "log_directory": str(self.workdir / f"logs-{name}"),
             "annotations": annotations or {},

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 import socket
+import stat
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +24,37 @@ from .contracts.report import RestoreReport
 from .errors import HandshakeTimeout, SnapshotError
 
 POLL_S = 0.02
+#: the most the agent reads of a file the workload wrote (they are small JSON documents)
+MAX_CONTROL_FILE = 64 * 1024
+
+
+class UnsafeControlFile(SnapshotError):
+    """A file in a pod's control directory that is not a small regular file."""
+
+
+def read_control_file(path: Path, limit: int = MAX_CONTROL_FILE) -> bytes:
+    """Read a file of a pod's control directory, which its tenant controls: never through a
+    symlink, never blocking (a FIFO), only a regular file of at most ``limit`` bytes.
+    FileNotFoundError when absent; UnsafeControlFile for anything else."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            raise FileNotFoundError(path) from e
+        raise UnsafeControlFile(f"{path.name}: cannot open safely ({e.strerror})") from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeControlFile(f"{path.name}: not a regular file")
+        if st.st_size > limit:
+            raise UnsafeControlFile(f"{path.name}: {st.st_size} bytes, over the {limit} limit")
+        data = os.read(fd, limit + 1)
+        if len(data) > limit:
+            raise UnsafeControlFile(f"{path.name}: over the {limit} byte limit")
+        return data
+    finally:
+        os.close(fd)
 
 
 def _remove(path: Path) -> None:
@@ -49,8 +83,8 @@ def request_checkpoint(control_dir: Path, timeout_s: float) -> dict:
             )
         time.sleep(POLL_S)
     try:
-        data = json.loads(ready.read_bytes() or b"{}")
-    except json.JSONDecodeError:
+        data = json.loads(read_control_file(ready) or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError, UnsafeControlFile):
         data = {}
     return data if isinstance(data, dict) else {}
 

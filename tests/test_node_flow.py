@@ -66,7 +66,8 @@ class Kubelet:
         control = decisions.control_dir(self.root, uid)
         control.mkdir(parents=True)
         sandbox, cfg = self.crictl.run_pod(f"{name}-{uid[:5]}", handler,
-                                           pod["metadata"].get("annotations") or {})  # fmt: skip
+                                           pod["metadata"].get("annotations") or {},
+                                           namespace=pod["metadata"]["namespace"])  # fmt: skip
         self.sandboxes.append(sandbox)
         spec_ctr = pod["spec"]["containers"][0]
         env = {e["name"]: e["value"] for e in spec_ctr.get("env", []) if "value" in e}
@@ -105,7 +106,15 @@ def kubelet(control_plane, containerd, tmp_path):
             k.crictl.remove_pod(sandbox)
 
 
-async def test_snapshot_checkpoint_restore_report_delete(control_plane, kubelet, tmp_path):
+def node_agent(client, containerd, kubelet) -> Agent:
+    """The node's agent: its store and signing key are the node's (the shim checks both)."""
+    return Agent(client, AgentConfig(node=NODE, store=containerd.store, kubelet_root=kubelet.root,
+                                     sign_key=containerd.sign_key))  # fmt: skip
+
+
+async def test_snapshot_checkpoint_restore_report_delete(
+    control_plane, containerd, kubelet, tmp_path
+):
     api = kubelet.api
     src = api.post(f"/api/v1/namespaces/{NS}/pods", json={
         "metadata": {"name": "src"},
@@ -122,15 +131,16 @@ async def test_snapshot_checkpoint_restore_report_delete(control_plane, kubelet,
                                                   "containers": ["main"]}}})  # fmt: skip
     assert r.status_code == 201, r.text
 
-    store = tmp_path / "store"
+    store = containerd.store
     async with await kube.api_client(str(control_plane.kubeconfig)) as client:
         controller = Controller(client)
-        agent = Agent(client, AgentConfig(node=NODE, store=store, kubelet_root=kubelet.root))
+        agent = node_agent(client, containerd, kubelet)
         await controller.reconcile_all()
         await controller.reconcile_all()
         pending = conditions(api.get(f"{SNAPS}/warm").json())["Ready"]
         assert pending == ("False", "CheckpointPending")
         await agent.pass_once()
+        await agent.drain()
         snap = api.get(f"{SNAPS}/warm").json()
         assert conditions(snap)["Ready"] == ("True", "Captured"), snap["status"]
         artifact = snap["status"]["artifact"]
@@ -190,7 +200,9 @@ def example(path: str) -> dict:
     return yaml.safe_load((ROOT / "examples" / path).read_text())
 
 
-async def test_cpu_example_snapshot_job_to_restored_replica(control_plane, kubelet, tmp_path):
+async def test_cpu_example_snapshot_job_to_restored_replica(
+    control_plane, containerd, kubelet, tmp_path
+):
     """examples/cpu_demo/k8s as a user would apply it: the SnapshotJob captures the
     scikit-learn server once it serves, and a pod from the Deployment's template comes up
     restored, answering with the source's predictions."""
@@ -201,8 +213,7 @@ async def test_cpu_example_snapshot_job_to_restored_replica(control_plane, kubel
     assert r.status_code == 201, r.text
     async with await kube.api_client(str(control_plane.kubeconfig)) as client:
         controller = Controller(client)
-        agent = Agent(client, AgentConfig(node=NODE, store=tmp_path / "store",
-                                          kubelet_root=kubelet.root))  # fmt: skip
+        agent = node_agent(client, containerd, kubelet)
         await controller.reconcile_all()  # creates the source pod
         source = api.get(f"/api/v1/namespaces/{NS}/pods/cpu-demo-source").json()
         sandbox, _ = kubelet.start(source, demo)
@@ -210,6 +221,7 @@ async def test_cpu_example_snapshot_job_to_restored_replica(control_plane, kubel
         await controller.reconcile_all()  # the source is Ready: creates the PodSnapshot
         await controller.reconcile_all()  # hands it to the node
         await agent.pass_once()  # quiesce handshake with the workload, then the dump
+        await agent.drain()
         await controller.reconcile_all()  # Captured: completes the job
         job = api.get(f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/snapshotjobs/cpu-demo").json()
         assert conditions(job)["Completed"] == ("True", "Completed"), job["status"]

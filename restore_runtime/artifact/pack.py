@@ -44,6 +44,19 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+STAGING_GLOB = ".*.staging-*"
+
+
+def remove_stale_staging(store: Path) -> list[Path]:
+    """Staging directories left by checkpoints that were killed mid-way (under ``store`` and
+    its namespace directories): nothing will ever commit them. Call only while no checkpoint
+    runs (the agent, at start)."""
+    stale = [*store.glob(STAGING_GLOB), *store.glob(f"*/{STAGING_GLOB}")]
+    for d in stale:
+        shutil.rmtree(d, ignore_errors=True)
+    return stale
+
+
 class Staging:
     """A staging directory for one artifact. Use as a context manager: leaving it by an
     exception removes everything it wrote."""

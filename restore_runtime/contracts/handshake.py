@@ -55,9 +55,11 @@ class RestoreComplete:
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write via a temporary file in the same directory, then rename: a reader sees either
-    nothing or the whole file."""
+    nothing or the whole file. Readable by all: the workload may run as any user (the file
+    holds no secret), while only its writer may change it."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
