@@ -30,14 +30,12 @@ import time
 import uuid
 from pathlib import Path
 
-from devnode.containerd import Containerd
+from devnode.containerd import Containerd, admitted
 from devnode.cri import Crictl
 from devnode.probe import first_response, parse
-from examples.cpu_demo.run import PORT, RUNC_ROOT, start_pod
-from restore_runtime.contracts.annotations import ARTIFACT
+from examples.cpu_demo.run import PORT, start_pod
 from restore_runtime.contracts.handshake import RESTORE_REPORT
-from restore_runtime.executor import CheckpointRequest, checkpoint
-from restore_runtime.executor.runners import RuncContainer
+from restore_runtime.executor import CheckpointResult
 
 WORKLOADS = {
     "digits": "random forest, 400 trees (scikit-learn digits)",
@@ -53,6 +51,7 @@ def spread(xs: list[float]) -> dict:
 
 class Bench:
     def __init__(self, node: Containerd, work: Path) -> None:
+        self.node = node
         self.cri = Crictl(node.address, work)
         self.work = work
         self.pods: list[str] = []
@@ -62,8 +61,8 @@ class Bench:
         d.mkdir()
         return d
 
-    def pod(self, name: str, control: Path, model: str, artifact: Path | None = None):
-        ann = {ARTIFACT: str(artifact)} if artifact else None
+    def pod(self, name: str, control: Path, model: str, artifact: CheckpointResult | None = None):
+        ann = admitted(artifact) if artifact else None
         pod, ctr = start_pod(self.cri, name, control, ann, model)
         self.pods.append(pod)
         return pod, ctr
@@ -81,7 +80,8 @@ class Bench:
         answer = parse(line)
         return seconds, answer["digest"], ctr, int(answer["weights"]), ctl
 
-    def restore(self, model: str, artifact: Path, reference: str, t0: float | None = None):
+    def restore(self, model: str, artifact: CheckpointResult, reference: str,
+                t0: float | None = None):  # fmt: skip
         ctl = self.control()
         t0 = time.monotonic() if t0 is None else t0
         pod, _ = self.pod("restore", ctl, model, artifact)
@@ -98,11 +98,9 @@ class Bench:
         for i in range(runs):
             cold_s, reference, ctr, weights, ctl = self.cold(model)
             cold.append(cold_s)
-            artifact = self.work / f"artifact-{model}-{i}"
             t0 = time.monotonic()
-            req = CheckpointRequest(output=artifact, control_dir=ctl,
-                                    runc_container=RuncContainer(RUNC_ROOT, ctr))  # fmt: skip
-            res = checkpoint(req)
+            res = artifact = self.node.checkpoint(ctr, f"{model}-{i}-{uuid.uuid4().hex[:6]}",
+                                                  control_dir=ctl)  # fmt: skip
             ckpt.append(time.monotonic() - t0)
             size.append(res.manifest.size_bytes)
             seconds, ok, report = self.restore(model, artifact, reference)

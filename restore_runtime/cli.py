@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--sign-key", type=Path, help="Ed25519 private key (PEM) to sign with")
     c.add_argument("--control-dir", type=Path, help="run the workload handshake here first")
     c.add_argument("--handshake-timeout", type=float, default=300.0, metavar="S")
+    c.add_argument("--namespace", help="the source pod's namespace: only pods of that "
+                   "namespace may restore the artifact through the shim")  # fmt: skip
+    c.add_argument("--pod-snapshot", help="the PodSnapshot it is made for (recorded)")
     c.add_argument("--json", action="store_true", help="print the result as JSON")
 
     r = sub.add_parser("restore", help="verify an artifact and restore it")
@@ -96,6 +99,8 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
             sign_key=key,
             control_dir=args.control_dir,
             handshake_timeout_s=args.handshake_timeout,
+            namespace=args.namespace,
+            pod_snapshot=args.pod_snapshot,
         ),
         Progress(enabled=None if not args.json else False),
     )

@@ -35,13 +35,19 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
 from devnode import workloads  # noqa: E402
-from devnode.containerd import BUSYBOX_IMAGE, Containerd  # noqa: E402
+from devnode.containerd import BUSYBOX_IMAGE, RUNC_ROOT, Containerd  # noqa: E402
 from devnode.probe import first_response  # noqa: E402
-from restore_runtime.contracts.annotations import ARTIFACT  # noqa: E402
+from restore_runtime.contracts.annotations import (  # noqa: E402
+    ARTIFACT,
+    MANIFEST_DIGEST,
+    SANDBOX_NAMESPACE,
+)
 from restore_runtime.contracts.handshake import RESTORE_REPORT  # noqa: E402
 
 # unique ids: runc state of an interrupted earlier run must not collide
 RUN = uuid.uuid4().hex[:6]
+#: the Kubernetes namespace the proof plays: the artifact is bound to it
+NAMESPACE = "gpu-proof"
 SRC, DST = f"src-{RUN}", f"dst-{RUN}"
 DEVICES = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
 
@@ -118,7 +124,7 @@ def main() -> int:
     model = {"layers": args.layers, "width": args.width, "kv_gb": args.kv_gb}
     res: dict = {"command": " ".join(sys.argv), "machine": platform.node(), "ok": False,
                  "model": "counter (CPU smoke run)" if args.smoke else model}  # fmt: skip
-    ctl_a, ctl_b, art = work / "ctl-a", work / "ctl-b", work / "artifact"
+    ctl_a, ctl_b = work / "ctl-a", work / "ctl-b"
     args.out.mkdir(parents=True, exist_ok=True)
     ctl_a.mkdir(parents=True)
     ctl_b.mkdir()
@@ -133,10 +139,13 @@ def main() -> int:
         res["cold_start_s"] = round(cold_s, 3)
 
         t0 = time.monotonic()
+        # as the node agent does: into the node's store, signed, bound to a namespace
+        art = node.store / NAMESPACE / f"proof-{uuid.uuid4().hex[:6]}"
+        art.parent.mkdir(parents=True, exist_ok=True)
         ck = subprocess.run(
             [sys.executable, "-m", "restore_runtime.cli", "checkpoint", "--container", SRC,
-             "--runc-root", "/run/containerd/runc/k8s.io", "--output", str(art),
-             "--control-dir", str(ctl_a), "--json"],
+             "--runc-root", str(RUNC_ROOT), "--output", str(art), "--control-dir", str(ctl_a),
+             "--sign-key", str(node.sign_key), "--namespace", NAMESPACE, "--json"],
             capture_output=True, text=True, cwd=ROOT,
         )  # fmt: skip
         if ck.returncode != 0:
@@ -148,7 +157,10 @@ def main() -> int:
         node.ctr("container", "rm", SRC, check=False)
 
         t0 = time.monotonic()
-        started = node.ctr(*run_args(ctl_b, "io.containerd.snapshot.v2", {ARTIFACT: str(art)},
+        # ctr plays the CRI's part: the namespace annotation, and the webhook's two
+        restore_ann = {ARTIFACT: f"file://{art}", MANIFEST_DIGEST: json.loads(ck.stdout)[
+            "manifestDigest"], SANDBOX_NAMESPACE: NAMESPACE}  # fmt: skip
+        started = node.ctr(*run_args(ctl_b, "io.containerd.snapshot.v2", restore_ann,
                                     args.out / "dst.log"),
                            BUSYBOX_IMAGE, DST, *worker, check=False)  # fmt: skip
         res["restore_start_rc"] = started.returncode

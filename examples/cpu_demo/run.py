@@ -27,18 +27,15 @@ import uuid
 from pathlib import Path
 
 from devnode import workloads
-from devnode.containerd import Containerd
+from devnode.containerd import Containerd, admitted
 from devnode.cri import Crictl
 from devnode.probe import first_response, parse
 from restore_runtime.contracts.handshake import RESTORE_REPORT
-from restore_runtime.executor import CheckpointRequest, checkpoint
-from restore_runtime.executor.runners import RuncContainer
 from restore_runtime.progress import human
 from restore_runtime.timing import phases_text
 
 PORT = 8080
 IMAGE = "localhost/snapshot/busybox:1"
-RUNC_ROOT = Path("/run/containerd/runc/k8s.io")
 
 
 def start_pod(cri: Crictl, name: str, control: Path, annotations: dict | None = None,
@@ -68,12 +65,11 @@ def run(work: Path, node: Containerd) -> dict:
     reference = parse(line)["digest"]
 
     t0 = time.monotonic()
-    art = checkpoint(CheckpointRequest(output=work / "artifact", control_dir=ctl_a,
-                                       runc_container=RuncContainer(RUNC_ROOT, ctr_a)))  # fmt: skip
+    art = node.checkpoint(ctr_a, f"model-a-{uuid.uuid4().hex[:6]}", control_dir=ctl_a)
     checkpoint_s = time.monotonic() - t0
 
     t0 = time.monotonic()
-    pod_b, _ = start_pod(cri, "model-b", ctl_b, {"snapshot.nvidia.com/artifact": str(art.path)})
+    pod_b, _ = start_pod(cri, "model-b", ctl_b, admitted(art))
     ip_b = cri.pod_ip(pod_b)
     restore_s, line = first_response(ip_b, PORT, t0, 120)
     report = json.loads((ctl_b / RESTORE_REPORT).read_text())
