@@ -21,7 +21,7 @@ import pytest
 
 from devnode import workloads
 from devnode.containerd import admitted
-from devnode.cri import TOOLS_BIN, Crictl
+from devnode.cri import TOOLS_BIN
 from restore_runtime.contracts.handshake import RESTORE_REPORT
 from restore_runtime.executor import CheckpointResult
 from tests.conftest import requires_containerd
@@ -39,15 +39,6 @@ IMAGE = "localhost/snapshot/busybox:1"
 PORT = 8080
 HOST_MOUNTS = workloads.mounts()
 COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)
-
-
-@pytest.fixture
-def cri(containerd, tmp_path):
-    c = Crictl(containerd.address, tmp_path)
-    pods: list[str] = []
-    yield c, pods
-    for p in pods:
-        c.remove_pod(p)
 
 
 def start_pod(cri, name: str, handler: str = "snapshot", annotations=None, control=None):
