@@ -47,7 +47,14 @@ def extract(archive: Path, root: Path) -> None:
     try:
         with tarfile.open(archive) as t:
             for m in t:
-                _extract_member(t, m, root_fd)
+                try:
+                    _extract_member(t, m, root_fd)
+                except UnsafeArchive:
+                    raise
+                except OSError as e:  # ENAMETOOLONG, EEXIST on a directory, ...
+                    raise UnsafeArchive(
+                        f"{ROOTFS_DIFF_NAME}: cannot unpack member {m.name[:200]!r}: {e.strerror}"
+                    ) from e
     except tarfile.TarError as e:
         raise UnsafeArchive(f"{ROOTFS_DIFF_NAME} is not a readable tar: {e}") from e
     finally:
