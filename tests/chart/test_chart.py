@@ -20,6 +20,11 @@ PLURALS = {
     "MutatingWebhookConfiguration":
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
     "RuntimeClass": "/apis/node.k8s.io/v1/runtimeclasses",
+    "Secret": "/api/v1/namespaces/{ns}/secrets",
+    "ValidatingAdmissionPolicy":
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding":
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
 }  # fmt: skip
 
 
@@ -57,8 +62,7 @@ def test_defaults_wire_the_components_together():
     assert "snapshot-system" in hook["namespaceSelector"]["matchExpressions"][0]["values"]
     webhook = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-webhook"))
     args = webhook["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert f"--patch-ca-bundle={mwc['metadata']['name']}" in args
-    assert "--runtime-class=snapshot" in args
+    assert "--tls-cert=/tls/tls.crt" in args and "--runtime-class=snapshot" in args
     (rc,) = k["RuntimeClass"]
     assert (rc["metadata"]["name"], rc["handler"]) == ("snapshot", "snapshot")
     (agent,) = k["DaemonSet"]
@@ -67,25 +71,67 @@ def test_defaults_wire_the_components_together():
         "privileged": True, "runAsUser": 0}  # fmt: skip
     assert spec["containers"][0]["command"] == ["snapshot-agent", "run"]
     role = next(r for r in k["ClusterRole"] if r["metadata"]["name"].endswith("-webhook"))
-    assert role["rules"][1]["resourceNames"] == [mwc["metadata"]["name"]]
+    assert role["rules"] == [{"apiGroups": ["nvidia.com"], "resources": ["podsnapshots"],
+                              "verbs": ["get"]}], "the webhook writes nothing"  # fmt: skip
 
 
-def test_existing_tls_secret_instead_of_self_signed():
-    k = by_kind(chart.render(set_values={"webhook.tls.selfSigned": "false",
-                                         "webhook.tls.secretName": "webhook-tls",
+def test_defaults_are_secure():
+    """helm template on default values: one CA for every webhook replica, signing required
+    (a generated Ed25519 key, only its public half installed on nodes), and the fail-closed
+    ValidatingAdmissionPolicy with its binding."""
+    import base64
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    k = by_kind(chart.render())
+    secrets = {s["metadata"]["name"]: s for s in k["Secret"]}
+    tls, keys = secrets["snap-snapshot-webhook-tls"], secrets["snap-snapshot-signing"]
+    (mwc,) = k["MutatingWebhookConfiguration"]
+    assert mwc["webhooks"][0]["clientConfig"]["caBundle"] == tls["data"]["ca.crt"]
+    webhook = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-webhook"))
+    assert webhook["spec"]["replicas"] == 2
+    assert webhook["spec"]["template"]["spec"]["volumes"] == [
+        {"name": "tls", "secret": {"secretName": "snap-snapshot-webhook-tls"}}]  # fmt: skip
+    pem = base64.b64decode(keys["data"]["private.pem"])
+    assert isinstance(load_pem_private_key(pem, None), Ed25519PrivateKey)
+
+    spec = k["DaemonSet"][0]["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    assert "--sign-key=/keys/private.pem" in init["args"]
+    assert "--no-signing-required" not in init["args"]
+    assert "--sign-key=/keys/private.pem" in spec["containers"][0]["args"]
+
+    (vap,) = k["ValidatingAdmissionPolicy"]
+    (binding,) = k["ValidatingAdmissionPolicyBinding"]
+    assert vap["spec"]["failurePolicy"] == "Fail"
+    assert vap["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE", "UPDATE"]
+    assert binding["spec"]["policyName"] == vap["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+def test_signing_opt_out_is_explicit():
+    k = by_kind(chart.render(set_values={"signing.required": "false"}))
+    assert all(s["metadata"]["name"] != "snap-snapshot-signing" for s in k["Secret"])
+    (init,) = k["DaemonSet"][0]["spec"]["template"]["spec"]["initContainers"]
+    assert "--no-signing-required" in init["args"]
+
+
+def test_existing_tls_secret_instead_of_the_generated_one():
+    k = by_kind(chart.render(set_values={"webhook.tls.secretName": "webhook-tls",
                                          "webhook.tls.caBundle": "Q0E="}))  # fmt: skip
     webhook = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-webhook"))
     pod = webhook["spec"]["template"]["spec"]
     assert "--tls-cert=/tls/tls.crt" in pod["containers"][0]["args"]
-    assert not any(a.startswith("--patch-ca-bundle") for a in pod["containers"][0]["args"])
     assert pod["volumes"][0]["secret"]["secretName"] == "webhook-tls"
+    assert all(s["metadata"]["name"] != "webhook-tls" for s in k["Secret"]), "not generated"
     assert k["MutatingWebhookConfiguration"][0]["webhooks"][0]["clientConfig"]["caBundle"] == "Q0E="
 
 
 @pytest.mark.parametrize(
     "values, message",
     [
-        ({"webhook.tls.selfSigned": "false"}, "set selfSigned=true or name a TLS secret"),
+        ({"webhook.tls.secretName": "mine"}, "needs caBundle"),
         ({"webhook.lookupTimeoutSeconds": "10"}, "lookupTimeoutSeconds must be below"),
     ],
 )

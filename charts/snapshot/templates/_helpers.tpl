@@ -33,3 +33,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "snapshot.webhookName" -}}
 {{ include "snapshot.fullname" . }}-webhook
 {{- end -}}
+
+{{- /* how the webhook gets its TLS: chart (a generated Secret, one CA), secret (yours), or
+certManager (yours, CA injected by cert-manager) */ -}}
+{{- define "snapshot.tlsMode" -}}
+{{- if .Values.webhook.tls.secretName -}}{{- if .Values.webhook.tls.certManagerInjectFrom -}}certManager{{- else -}}secret{{- end -}}{{- else -}}chart{{- end -}}
+{{- end -}}
+
+{{- define "snapshot.tlsSecret" -}}
+{{- .Values.webhook.tls.secretName | default (printf "%s-webhook-tls" (include "snapshot.fullname" .)) -}}
+{{- end -}}
+
+{{- define "snapshot.signingSecret" -}}
+{{- .Values.signing.secretName | default (printf "%s-signing" (include "snapshot.fullname" .)) -}}
+{{- end -}}
+

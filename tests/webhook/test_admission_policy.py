@@ -1,0 +1,137 @@
+"""The fail-closed guard: the chart's ValidatingAdmissionPolicy in a real kube-apiserver, with
+the chart's MutatingWebhookConfiguration registered but its webhook down (failurePolicy
+Ignore: the API server admits without it). Forged annotations must still be rejected.
+
+Cases: internal annotations without nvidia.com/restore-from; an artifact of another
+namespace or outside the store; an artifact without its digest; a PATCH that adds an
+artifact to a running pod; a PATCH that changes it; and what stays allowed: a restore pod
+as the webhook writes it, and unrelated changes (a label) to it."""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+
+import pytest
+
+from devnode import chart, free_port
+from restore_runtime.contracts import annotations as ann
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(chart.missing() is not None, reason=chart.missing() or ""),
+]
+NS = "policy-test"
+STORE = "/var/lib/snapshot/artifacts"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+DIGEST = "sha256:" + "ab" * 32
+JSON_PATCH = {"Content-Type": "application/json-patch+json"}
+
+
+@pytest.fixture(scope="module")
+def guarded(control_plane):
+    """The chart's policy (its binding narrowed to this test's namespace, so other tests
+    sharing the API server are not affected) and its webhook registration, pointed at a port
+    where nothing listens."""
+    objs = chart.render()
+    (vap,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"]
+    (binding,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    (mwc,) = [o for o in objs if o["kind"] == "MutatingWebhookConfiguration"]
+    binding["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": NS}}}  # fmt: skip
+    mwc["metadata"]["name"] = "policy-test-webhook"
+    mwc["webhooks"][0]["clientConfig"] = {
+        "url": f"https://127.0.0.1:{free_port()}/mutate",
+        "caBundle": base64.b64encode(control_plane.ca.read_bytes()).decode(),
+    }
+    created = [
+        (f"{ADMISSION}/validatingadmissionpolicies", vap),
+        (f"{ADMISSION}/validatingadmissionpolicybindings", binding),
+        (f"{ADMISSION}/mutatingwebhookconfigurations", mwc),
+    ]
+    with control_plane.client() as c:
+        c.post("/api/v1/namespaces", json={"metadata": {"name": NS}})
+        for path, obj in created:
+            r = c.post(path, json=obj)
+            assert r.status_code == 201, r.text
+        _wait_until_enforced(c)
+        yield c
+        for path, obj in created:
+            c.delete(f"{path}/{obj['metadata']['name']}")
+
+
+def _wait_until_enforced(c) -> None:
+    """The API server loads policies asynchronously: probe with a pod it must reject."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        r = c.post(f"/api/v1/namespaces/{NS}/pods", params={"dryRun": "All"},
+                   json=pod(**{ann.ARTIFACT: "file:///etc"}))  # fmt: skip
+        if r.status_code == 403:
+            return
+        time.sleep(0.5)
+    pytest.fail("the ValidatingAdmissionPolicy was not enforced within 30s")
+
+
+def pod(restore_from: str | None = None, **annotations: str) -> dict:
+    a = {ann.RESTORE_FROM: restore_from} if restore_from else {}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"p-{uuid.uuid4().hex[:8]}", "annotations": {**a, **annotations}},
+        "spec": {"containers": [{"name": "main", "image": "registry.local/llm:1"}]},
+    }  # fmt: skip
+
+
+def webhook_set(ns: str = NS, name: str = "snap") -> dict[str, str]:
+    return {ann.ARTIFACT: f"file://{STORE}/{ns}/{name}", ann.MANIFEST_DIGEST: DIGEST,
+            ann.CONTAINER: "main", ann.INTERNAL_RESTORE_POLICY: "fallback"}  # fmt: skip
+
+
+def create(c, body: dict):
+    return c.post(f"/api/v1/namespaces/{NS}/pods", json=body)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (pod(**{ann.ARTIFACT: f"file://{STORE}/{NS}/x", ann.MANIFEST_DIGEST: DIGEST}),
+         "set by the snapshot webhook only"),
+        (pod("snap", **webhook_set(ns="tenant-a")), "must name an artifact of namespace"),
+        (pod("snap", **{**webhook_set(), ann.ARTIFACT: "file:///tmp/mine"}),
+         "must name an artifact of namespace"),
+        (pod("snap", **{**webhook_set(), ann.ARTIFACT: f"file://{STORE}/{NS}/../tenant-a/x"}),
+         "must name an artifact of namespace"),
+        (pod("snap", **{ann.ARTIFACT: f"file://{STORE}/{NS}/x"}),
+         "must name an artifact of namespace"),
+        (pod("snap", **{"snapshot.nvidia.com/extra": "1"}), "unknown snapshot.nvidia.com/"),
+    ],
+    ids=["no-restore-from", "other-namespace", "outside-store", "dot-dot", "no-digest",
+         "unknown-key"],
+)  # fmt: skip
+def test_forged_annotations_are_rejected_with_the_webhook_down(guarded, body, message):
+    r = create(guarded, body)
+    assert r.status_code == 403, r.text
+    assert message in r.json()["message"]
+
+
+def test_annotations_cannot_be_added_or_changed_later(guarded):
+    plain = create(guarded, pod())
+    assert plain.status_code == 201, plain.text
+    name = plain.json()["metadata"]["name"]
+    add = [{"op": "add", "path": "/metadata/annotations",
+            "value": {ann.RESTORE_FROM: "snap", **webhook_set()}}]  # fmt: skip
+    r = guarded.patch(f"/api/v1/namespaces/{NS}/pods/{name}", json=add, headers=JSON_PATCH)
+    assert r.status_code == 403 and "immutable" in r.json()["message"], r.text
+
+    restored = create(guarded, pod("snap", **webhook_set()))
+    assert restored.status_code == 201, restored.text
+    name = restored.json()["metadata"]["name"]
+    key = ann.ARTIFACT.replace("/", "~1")
+    change = [{"op": "replace", "path": f"/metadata/annotations/{key}",
+               "value": f"file://{STORE}/{NS}/other"}]  # fmt: skip
+    r = guarded.patch(f"/api/v1/namespaces/{NS}/pods/{name}", json=change, headers=JSON_PATCH)
+    assert r.status_code == 403 and "immutable" in r.json()["message"], r.text
+
+    label = [{"op": "add", "path": "/metadata/labels", "value": {"tier": "llm"}}]
+    r = guarded.patch(f"/api/v1/namespaces/{NS}/pods/{name}", json=label, headers=JSON_PATCH)
+    assert r.status_code == 200, r.text
