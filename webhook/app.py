@@ -5,7 +5,6 @@ failurePolicy, which the user did not choose per pod)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -76,13 +75,16 @@ def create_app(
     async def admit(request: Request) -> JSONResponse:
         started = time.monotonic()
         try:
-            body = json.loads(await request.body())
-            rev = review.AdmissionReview.model_validate(body)
-        except (ValueError, ValidationError) as e:
+            rev = review.parse(await _read_bounded(request))
+        except review.TooLarge as e:
+            metrics.admissions.labels("malformed").inc()
+            log.warning("%s", e)
+            return JSONResponse({"error": str(e)}, status_code=413)
+        except (ValueError, ValidationError, RecursionError) as e:
             metrics.admissions.labels("malformed").inc()
             message = f"malformed AdmissionReview: {e}"
             log.warning("%s", message.splitlines()[0])
-            return JSONResponse({"error": message}, status_code=400)
+            return JSONResponse({"error": message[:2000]}, status_code=400)
         req = rev.request
         try:
             decision = await _decide(req, lookup, runtime_class, metrics)
@@ -103,6 +105,21 @@ def create_app(
         return JSONResponse(review.response(req.uid, decision))
 
     return app
+
+
+async def _read_bounded(request: Request) -> bytes:
+    """The request body, refused once it passes review.MAX_BODY: a client must not make the
+    webhook buffer more than any real AdmissionReview can be."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > review.MAX_BODY:
+        raise review.TooLarge(int(declared))
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > review.MAX_BODY:
+            raise review.TooLarge(size)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def _decide(

@@ -5,6 +5,7 @@ error in both)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -65,6 +66,10 @@ class AnnotationError(ValueError):
     """An annotation value that is not one of those allowed; the message says which."""
 
 
+#: Kubernetes object names (DNS-1123 subdomain): what a PodSnapshot can be called
+_DNS_SUBDOMAIN = re.compile(
+    r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no", "")
 
@@ -93,6 +98,11 @@ class RestoreAnnotations:
         if raw_from is not None and (not isinstance(raw_from, str) or not raw_from.strip()):
             raise AnnotationError(
                 f"annotation {RESTORE_FROM} is empty; name a PodSnapshot in this namespace"
+            )
+        if raw_from is not None and not _DNS_SUBDOMAIN.fullmatch(raw_from.strip()):
+            raise AnnotationError(
+                f"annotation {RESTORE_FROM}={raw_from[:80]!r} is not a PodSnapshot name "
+                "(lowercase letters, digits, '-' and '.', at most 253 characters)"
             )
         key = INTERNAL_RESTORE_POLICY if INTERNAL_RESTORE_POLICY in a else RESTORE_POLICY
         raw_policy = a.get(key, RestorePolicy.FALLBACK.value)

@@ -176,6 +176,65 @@ def test_malformed_review_is_a_400_with_a_message(cluster, webhook, body, fragme
     assert "malformed AdmissionReview" in r.json()["error"] and fragment in r.json()["error"]
 
 
+def nested(levels: int) -> list:
+    v: list = []
+    for _ in range(levels):
+        v = [v]
+    return v
+
+
+def _review_of(obj) -> bytes:
+    rev = review(pod())
+    rev["request"]["object"] = obj
+    return json.dumps(rev).encode()
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "malformed AdmissionReview"),
+        (_review_of({"metadata": {"a": nested(100)}}), "nested deeper"),
+        (_review_of({"metadata": "not an object"}), "metadata"),
+        (_review_of({"metadata": {"annotations": ["nvidia.com/restore-from"]}}), "annotations"),
+        (_review_of({"metadata": {"annotations": {ann.RESTORE_FROM: 7}}}), "annotations"),
+    ],
+    ids=["deep-json", "deep-object", "metadata-type", "annotations-type", "annotation-value"],
+)  # fmt: skip
+def test_hostile_reviews_are_a_400_not_an_error(cluster, webhook, body, fragment):
+    """Deep or wrongly typed reviews used to reach the decision and fail there (a 500, or
+    the fail-open error path); they are refused up front."""
+    with webhook.client() as c:
+        r = c.post("/mutate", content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, r.text
+        assert fragment in r.json()["error"]
+        assert c.get("/healthz").status_code == 200
+
+
+def test_oversized_body_is_refused_without_buffering_it(cluster, webhook):
+    """50 MiB (which took the webhook past its 256 MiB memory limit) is refused once the
+    limit is passed, declared or not, and the webhook keeps serving."""
+    chunk = b" " * (1 << 20)
+
+    def stream():
+        for _ in range(50):
+            yield chunk
+
+    with webhook.client() as c:
+        r = c.post("/mutate", content=stream(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 413 and "over the" in r.json()["error"]
+        r = c.post("/mutate", content=b" " * (50 << 20),
+                   headers={"Content-Type": "application/json"})  # fmt: skip
+        assert r.status_code == 413
+        assert c.get("/healthz").status_code == 200
+        assert post(webhook, review(pod()))["response"]["allowed"] is True
+
+
+@pytest.mark.parametrize("name", ["../ready", "Ready", "a b", "x" * 254])
+def test_invalid_snapshot_names_are_denied_before_any_lookup(cluster, webhook, name):
+    resp = post(webhook, review(pod(name)))["response"]
+    assert resp["allowed"] is False and "is not a PodSnapshot name" in resp["status"]["message"]
+
+
 def test_health_and_metrics(cluster, webhook):
     with webhook.client() as c:
         assert c.get("/healthz").text == "ok"

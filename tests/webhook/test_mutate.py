@@ -244,3 +244,21 @@ def test_pod_without_annotations_or_metadata():
 )  # fmt: skip
 def test_label_value_follows_gpu_feature_discovery(text, label):
     assert label_value(text) == label
+
+
+def test_an_unexpected_error_never_admits_webhook_only_annotations():
+    """The error path (a bug in the decision) admits plain pods, which cold-start, but not
+    a pod carrying snapshot.nvidia.com/* annotations: those would reach the shim unchecked."""
+    from webhook.app import _on_error
+    from webhook.review import AdmissionRequest
+
+    def request(annotations: dict) -> AdmissionRequest:
+        return AdmissionRequest.model_validate({
+            "uid": "u", "kind": {"version": "v1", "kind": "Pod"}, "operation": "CREATE",
+            "object": {"metadata": {"annotations": annotations}},
+        })  # fmt: skip
+
+    forged = _on_error(request({ann.ARTIFACT: "file:///elsewhere"}), RuntimeError("boom"))
+    assert not forged.allowed and ann.ARTIFACT in forged.message
+    plain = _on_error(request({ann.RESTORE_FROM: "snap"}), RuntimeError("boom"))
+    assert plain.allowed and "starting without restore" in plain.warnings[0]
