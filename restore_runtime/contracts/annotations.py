@@ -30,6 +30,7 @@ SANDBOX_NAMESPACE = "io.kubernetes.cri.sandbox-namespace"
 POD_NAMESPACE = "io.kubernetes.pod.namespace"
 CONTAINER_NAME = "io.kubernetes.cri.container-name"
 CONTAINER_TYPE = "io.kubernetes.cri.container-type"
+IMAGE_NAME = "io.kubernetes.cri.image-name"
 
 # Reported back by the agent.
 RESTORED_CONDITION = "nvidia.com/Restored"

@@ -58,6 +58,13 @@ class RestoreTarget:
     def policy(self) -> ann.RestorePolicy:
         return self.annotations.policy
 
+    @property
+    def image_digest(self) -> str | None:
+        """The image's digest when the pod names its image by digest (``name@sha256:…``):
+        the artifact must then come from that same image. A tag says nothing for sure."""
+        ref = (self.spec.get("annotations") or {}).get(ann.IMAGE_NAME, "")
+        return ref.rsplit("@", 1)[-1] if "@" in ref else None
+
     @classmethod
     def from_spec(cls, spec: dict) -> RestoreTarget | None:
         """None for a container that starts normally (no artifact, the pod's sandbox, or
@@ -128,6 +135,7 @@ async def restore(p, t: RestoreTarget, node: NodeConfig) -> RestoreReport:
             store_root=node.store_root, namespace=t.namespace,
             admitted_digest=t.annotations.manifest_digest,
             require_signature=node.signing_required, oci_spec=t.spec,
+            image_digest=t.image_digest,
         )  # fmt: skip
         r = await asyncio.to_thread(prepare, req)
     except Exception as e:

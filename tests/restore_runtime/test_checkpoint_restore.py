@@ -201,3 +201,32 @@ def test_existing_output_is_never_overwritten(tmp_path, cleanup_pids):
     assert r.returncode == 1 and "already exists" in r.stderr
     assert (art / "keep").read_text() == "x"
     assert Path(f"/proc/{pid}").exists()
+
+
+def test_failed_restore_leaves_nothing_and_frees_its_pids(tmp_path, cleanup_pids):
+    """A restore that fails after CRIU brought the tree back (a tampered page image, found
+    while the tree waits stopped) returns only once the tree's PIDs are free, and leaves no
+    work directory: an immediate retry from a good copy restores the same PIDs (it used to
+    fail with CRIU's "Can't fork for PID: File exists")."""
+    import glob
+    import shutil
+
+    pid, port = start_counter(tmp_path)
+    cleanup_pids.append(pid)
+    ask("127.0.0.1", port)
+    art, good = tmp_path / "art", tmp_path / "good"
+    checkpoint(CheckpointRequest(pid=pid, output=art))
+    shutil.copytree(art, good)
+    pages = max((art / "criu").glob("pages-*.img"), key=lambda p: p.stat().st_size)
+    with open(pages, "r+b") as f:
+        f.seek(8192)
+        b = f.read(1)
+        f.seek(8192)
+        f.write(bytes([b[0] ^ 0xFF]))
+    before = set(glob.glob("/tmp/snapshot-restore-*"))
+    with pytest.raises(VerificationError):
+        restore(RestoreRequest(artifact=art))
+    assert set(glob.glob("/tmp/snapshot-restore-*")) == before, "no work directory left"
+    report = restore(RestoreRequest(artifact=good))
+    cleanup_pids.append(report.pid)
+    assert ask("127.0.0.1", port)["count"] == "2"
