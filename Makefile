@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv tools test demo bench bench-shim kind-smoke conformance lint fmt generate clean
+.PHONY: setup system venv tools test demo bench bench-shim bench-webhook kind-smoke conformance lint fmt generate clean
 
 setup: system venv tools
 
@@ -49,6 +49,11 @@ kind-smoke: tools
 # the shim's memory and start latency against containerd's runc shim
 bench-shim: setup
 	$(PY) -m bench.shim_overhead
+
+# the webhook under load: restore-pod reviews over TLS at concurrency 16, with PodSnapshot
+# lookups in a real kube-apiserver (requests/s, p50/p99, errors)
+bench-webhook: setup
+	$(PY) -m bench.webhook_load
 
 # CRI conformance (critest) under runc and under snapshot; ~16 min, so not part of make test.
 # Results: bench/results/conformance.json

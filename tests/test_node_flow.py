@@ -21,13 +21,14 @@ from agent.run import Agent, AgentConfig
 from controller.loop import Controller
 from devnode import workloads
 from devnode.cri import TOOLS_BIN, Crictl
+from devnode.webhook import webhook_process
 from kubeclient import api as kube
 from restore_runtime.contracts import annotations as ann
 from restore_runtime.contracts.handshake import DEFAULT_CONTROL_DIR
 from tests.conftest import requires_containerd
 from tests.controller.objects import conditions
 from tests.helpers import ROOT, ask
-from tests.webhook.conftest import chart_webhook_registered, webhook_process
+from tests.webhook.conftest import chart_webhook_registered
 
 pytestmark = [
     requires_containerd,

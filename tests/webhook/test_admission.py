@@ -15,8 +15,9 @@ import jsonpatch
 import pytest
 import yaml
 
+from devnode.webhook import webhook_process
 from restore_runtime.contracts import annotations as ann
-from tests.webhook.conftest import chart_webhook_registered, webhook_process
+from tests.webhook.conftest import chart_webhook_registered
 
 pytestmark = pytest.mark.slow
 NS = "webhook-test"

@@ -1,0 +1,63 @@
+"""`snapshot-webhook` as its own process (its console entry point, not its modules), serving
+TLS on loopback with a self-signed CA: for the tests and the webhook load benchmark."""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from devnode import free_port
+
+
+@dataclass
+class WebhookServer:
+    url: str
+    ca: Path
+    log: Path
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, verify=ssl.create_default_context(cafile=self.ca), timeout=30
+        )
+
+
+@contextlib.contextmanager
+def webhook_process(tmp: Path, kubeconfig: Path, *extra: str) -> Iterator[WebhookServer]:
+    """`snapshot-webhook` as its own process, serving TLS on loopback with a self-signed CA."""
+    port = free_port()
+    log = tmp / f"webhook-{port}.log"
+    certs = tmp / f"certs-{port}"
+    cmd = [sys.executable, "-m", "webhook.cli", "--host", "127.0.0.1", "--port", str(port),
+           "--self-signed", str(certs), "--extra-san", "127.0.0.1",
+           "--kubeconfig", str(kubeconfig), *extra]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    server = WebhookServer(f"https://127.0.0.1:{port}", certs / "ca.crt", log)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"snapshot-webhook exited {proc.returncode}:\n{log.read_text()}")
+            with contextlib.suppress(httpx.HTTPError, OSError):
+                if server.ca.exists():
+                    with server.client() as c:
+                        if c.get("/healthz").status_code == 200:
+                            break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"snapshot-webhook not serving after 30s:\n{log.read_text()}")
+            time.sleep(0.2)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
