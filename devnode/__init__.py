@@ -3,7 +3,12 @@ for the demo and the integration tests. Nothing here is part of the product."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -11,3 +16,37 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_until(ready: Callable[[], bool], procs: Sequence[subprocess.Popen], what: str,
+               log: Path, timeout: float, poll: float = 0.2) -> None:  # fmt: skip
+    """Poll ``ready()`` (its OSError means not yet) until true; fail with the tail of ``log``
+    as soon as one of ``procs`` exits, or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{what}: {p.args[0]} exited {p.returncode}:\n{_tail(log)}")
+        with contextlib.suppress(OSError):
+            if ready():
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready after {timeout:g}s:\n{_tail(log)}")
+        time.sleep(poll)
+
+
+def _tail(log: Path, chars: int = 3000) -> str:
+    try:
+        return f"({log})\n" + log.read_text(errors="replace")[-chars:]
+    except OSError:
+        return f"({log}: unreadable)"
+
+
+def stop_process(p: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM, then SIGKILL after ``timeout`` seconds; reaped either way."""
+    p.terminate()
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()

@@ -24,7 +24,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from devnode import free_port
+from devnode import free_port, stop_process, wait_until
 from devnode.cri import TOOLS_BIN
 from kubeclient import certs
 
@@ -200,28 +200,11 @@ def control_plane(workdir: Path) -> Iterator[ControlPlane]:
         kubeconfig = workdir / "kubeconfig"
         _write_kubeconfig(kubeconfig, url, tls.ca, token)
         cp = ControlPlane(url, token, tls.ca, kubeconfig, log)
-        deadline = time.monotonic() + 90
-        while True:
-            for p in procs:
-                if p.poll() is not None:
-                    raise RuntimeError(f"{p.args[0]} exited {p.returncode}; see {log}")
-            try:
-                if cp.get("/readyz") == b"ok":
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"kube-apiserver not ready after 90s; see {log}")
-            time.sleep(0.5)
+        wait_until(lambda: cp.get("/readyz") == b"ok", procs, "kube-apiserver", log, 90, 0.5)
         yield cp
     finally:
         for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            stop_process(p, 15)
         logf.close()
 
 

@@ -7,14 +7,13 @@ import contextlib
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from devnode import free_port
+from devnode import free_port, stop_process, wait_until
 
 
 @dataclass
@@ -42,22 +41,17 @@ def webhook_process(tmp: Path, kubeconfig: Path, *extra: str) -> Iterator[Webhoo
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     server = WebhookServer(f"https://127.0.0.1:{port}", certs / "ca.crt", log)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"snapshot-webhook exited {proc.returncode}:\n{log.read_text()}")
-            with contextlib.suppress(httpx.HTTPError, OSError):
-                if server.ca.exists():
-                    with server.client() as c:
-                        if c.get("/healthz").status_code == 200:
-                            break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"snapshot-webhook not serving after 30s:\n{log.read_text()}")
-            time.sleep(0.2)
+
+        def healthy() -> bool:
+            if not server.ca.exists():
+                return False
+            try:
+                with server.client() as c:
+                    return c.get("/healthz").status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(healthy, [proc], "snapshot-webhook", log, 30)
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, 10)

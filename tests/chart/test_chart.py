@@ -102,8 +102,10 @@ def test_defaults_are_secure():
     assert "--no-signing-required" not in init["args"]
     assert "--sign-key=/keys/private.pem" in spec["containers"][0]["args"]
 
-    (vap,) = k["ValidatingAdmissionPolicy"]
-    (binding,) = k["ValidatingAdmissionPolicyBinding"]
+    vap, agent_vap = sorted(k["ValidatingAdmissionPolicy"], key=lambda o: o["metadata"]["name"])
+    assert agent_vap["metadata"]["name"].endswith("-agent-node"), "the agent stays on its node"
+    binding = next(b for b in k["ValidatingAdmissionPolicyBinding"]
+                   if b["spec"]["policyName"] == vap["metadata"]["name"])  # fmt: skip
     assert vap["spec"]["failurePolicy"] == "Fail"
     assert vap["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE", "UPDATE"]
     assert binding["spec"]["policyName"] == vap["metadata"]["name"]

@@ -39,6 +39,16 @@ def _restore_cli(art: Path, tmp: Path, *extra: str) -> tuple[int, dict]:
     return int(pidfile.read_text()), json.loads(out.stdout)
 
 
+def flip_a_page_byte(art: Path, offset: int) -> None:
+    """Tamper with memory: one byte of the largest page image."""
+    pages = max((art / "criu").glob("pages-*.img"), key=lambda p: p.stat().st_size)
+    with open(pages, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
 def test_state_and_listening_socket_survive(tmp_path, cleanup_pids):
     pid, port = start_counter(tmp_path)
     cleanup_pids.append(pid)
@@ -154,12 +164,7 @@ def test_tampered_artifact_is_refused_before_anything_runs(tmp_path, cleanup_pid
     cleanup_pids.append(pid)
     art = tmp_path / "art"
     checkpoint(CheckpointRequest(pid=pid, output=art))
-    pages = max((art / "criu").glob("pages-*.img"), key=lambda p: p.stat().st_size)
-    with open(pages, "r+b") as f:
-        f.seek(4096)
-        b = f.read(1)
-        f.seek(4096)
-        f.write(bytes([b[0] ^ 0xFF]))
+    flip_a_page_byte(art, 4096)
     with pytest.raises(VerificationError) as e:
         restore(RestoreRequest(artifact=art))
     assert [p.kind for p in e.value.problems] == ["modified"]
@@ -217,12 +222,7 @@ def test_failed_restore_leaves_nothing_and_frees_its_pids(tmp_path, cleanup_pids
     art, good = tmp_path / "art", tmp_path / "good"
     checkpoint(CheckpointRequest(pid=pid, output=art))
     shutil.copytree(art, good)
-    pages = max((art / "criu").glob("pages-*.img"), key=lambda p: p.stat().st_size)
-    with open(pages, "r+b") as f:
-        f.seek(8192)
-        b = f.read(1)
-        f.seek(8192)
-        f.write(bytes([b[0] ^ 0xFF]))
+    flip_a_page_byte(art, 8192)
     before = set(glob.glob("/tmp/snapshot-restore-*"))
     with pytest.raises(VerificationError):
         restore(RestoreRequest(artifact=art))

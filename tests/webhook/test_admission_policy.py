@@ -35,8 +35,10 @@ def guarded(control_plane):
     sharing the API server are not affected) and its webhook registration, pointed at a port
     where nothing listens."""
     objs = chart.render()
-    (vap,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"]
-    (binding,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    (vap,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"
+              and o["metadata"]["name"].endswith("-annotations")]  # fmt: skip
+    (binding,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                  and o["metadata"]["name"].endswith("-annotations")]  # fmt: skip
     (mwc,) = [o for o in objs if o["kind"] == "MutatingWebhookConfiguration"]
     binding["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {
         "kubernetes.io/metadata.name": NS}}}  # fmt: skip

@@ -1,0 +1,132 @@
+"""The agent's writes stay on its node: the chart's agent RBAC (which cannot name a node) plus
+its ValidatingAdmissionPolicy (which can: the node a pod-bound service-account token carries),
+in a real kube-apiserver, with a real token bound to an agent pod on node-a.
+
+Cases: the agent patches the status of a pod on node-a (allowed) and on node-b (denied); it
+patches a PodSnapshot handed to node-a (allowed) and one handed to node-b (denied); a token
+not bound to a pod is denied outright."""
+
+from __future__ import annotations
+
+import pytest
+
+from devnode import chart
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(chart.missing() is not None, reason=chart.missing() or ""),
+]
+SYSTEM, NS = "snapshot-system", "agent-policy"
+AGENT = "snap-snapshot-agent"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+SNAPS = f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/podsnapshots"
+MERGE = {"Content-Type": "application/merge-patch+json"}
+STRATEGIC = {"Content-Type": "application/strategic-merge-patch+json"}
+CHANGED = "2026-12-03T00:00:00Z"
+
+
+def pod(name: str, node: str, sa: str | None = None) -> dict:
+    spec = {"nodeName": node, "containers": [{"name": "main", "image": "registry.local/x:1"}]}
+    if sa:
+        spec["serviceAccountName"] = sa
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+@pytest.fixture(scope="module")
+def agent_client(control_plane):
+    """(admin client, a client authenticated as node-a's agent, a client with an unbound
+    token of the same service account)."""
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in chart.render()}
+    created = [
+        (f"{ADMISSION}/validatingadmissionpolicies",
+         objs[("ValidatingAdmissionPolicy", "snap-snapshot-agent-node")]),
+        (f"{ADMISSION}/validatingadmissionpolicybindings",
+         objs[("ValidatingAdmissionPolicyBinding", "snap-snapshot-agent-node")]),
+        (f"{RBAC}/clusterroles", objs[("ClusterRole", AGENT)]),
+        (f"{RBAC}/clusterrolebindings", objs[("ClusterRoleBinding", AGENT)]),
+    ]  # fmt: skip
+    with control_plane.client() as admin:
+        for ns in (SYSTEM, NS):
+            admin.post("/api/v1/namespaces", json={"metadata": {"name": ns}})
+        admin.post(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts",
+                   json={"metadata": {"name": AGENT}})  # fmt: skip
+        for path, obj in created:
+            r = admin.post(path, json=obj)
+            assert r.status_code in (201, 409), r.text
+        agent_pod = admin.post(f"/api/v1/namespaces/{SYSTEM}/pods",
+                               json=pod("agent-a", "node-a", AGENT)).json()  # fmt: skip
+        for name, node in (("mine", "node-a"), ("theirs", "node-b")):
+            admin.post(f"/api/v1/namespaces/{NS}/pods", json=pod(name, node))
+            spec = {"source": {"podRef": {"name": name}, "containers": ["main"]}}
+            admin.post(SNAPS, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
+                                    "metadata": {"name": name}, "spec": spec})  # fmt: skip
+            r = admin.patch(f"{SNAPS}/{name}/status", headers=MERGE,
+                            json={"status": {"source": {"nodeName": node}}})  # fmt: skip
+            assert r.status_code == 200, r.text
+
+        def token(bound: bool) -> str:
+            spec: dict = {"expirationSeconds": 600}
+            if bound:
+                spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": "agent-a",
+                                          "uid": agent_pod["metadata"]["uid"]}  # fmt: skip
+            r = admin.post(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{AGENT}/token",
+                           json={"apiVersion": "authentication.k8s.io/v1",
+                                 "kind": "TokenRequest", "spec": spec})  # fmt: skip
+            assert r.status_code == 201, r.text
+            return r.json()["status"]["token"]
+
+        bound, unbound = control_plane.client(), control_plane.client()
+        bound.headers["Authorization"] = f"Bearer {token(True)}"
+        unbound.headers["Authorization"] = f"Bearer {token(False)}"
+        _wait_until_enforced(bound)
+        yield admin, bound, unbound
+        bound.close()
+        unbound.close()
+        for path, obj in created:
+            admin.delete(f"{path}/{obj['metadata']['name']}")
+
+
+def _wait_until_enforced(agent) -> None:
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if patch_pod_status(agent, "theirs").status_code == 403:
+            return
+        time.sleep(0.5)
+    pytest.fail("the agent's node policy was not enforced within 30s")
+
+
+def patch_pod_status(client, name: str):
+    cond = {"type": "nvidia.com/Restored", "status": "True", "reason": "RestoreSucceeded",
+            "message": "", "lastTransitionTime": CHANGED}  # fmt: skip
+    return client.patch(f"/api/v1/namespaces/{NS}/pods/{name}/status",
+                        json={"status": {"conditions": [cond]}}, headers=STRATEGIC)  # fmt: skip
+
+
+def patch_snapshot_status(client, name: str):
+    cond = {"type": "Ready", "status": "False", "reason": "Checkpointing", "message": "",
+            "lastTransitionTime": CHANGED}  # fmt: skip
+    return client.patch(f"{SNAPS}/{name}/status", headers=MERGE,
+                        json={"status": {"conditions": [cond]}})  # fmt: skip
+
+
+def test_the_agent_writes_pods_of_its_node_only(agent_client):
+    _, agent, _ = agent_client
+    assert patch_pod_status(agent, "mine").status_code == 200
+    r = patch_pod_status(agent, "theirs")
+    assert r.status_code == 403 and "its own pods only" in r.json()["message"]
+
+
+def test_the_agent_writes_podsnapshots_of_its_node_only(agent_client):
+    _, agent, _ = agent_client
+    assert patch_snapshot_status(agent, "mine").status_code == 200
+    r = patch_snapshot_status(agent, "theirs")
+    assert r.status_code == 403 and "handed to its node only" in r.json()["message"]
+
+
+def test_a_token_not_bound_to_a_node_is_refused(agent_client):
+    _, _, unbound = agent_client
+    r = patch_pod_status(unbound, "mine")
+    assert r.status_code == 403 and "not bound to a node" in r.json()["message"]
