@@ -102,7 +102,7 @@ def test_defaults_are_secure():
     assert "--no-signing-required" not in init["args"]
     assert "--sign-key=/keys/private.pem" in spec["containers"][0]["args"]
 
-    vap, agent_vap = sorted(k["ValidatingAdmissionPolicy"], key=lambda o: o["metadata"]["name"])
+    agent_vap, vap = sorted(k["ValidatingAdmissionPolicy"], key=lambda o: o["metadata"]["name"])
     assert agent_vap["metadata"]["name"].endswith("-agent-node"), "the agent stays on its node"
     binding = next(b for b in k["ValidatingAdmissionPolicyBinding"]
                    if b["spec"]["policyName"] == vap["metadata"]["name"])  # fmt: skip
