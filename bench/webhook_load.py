@@ -94,13 +94,8 @@ async def load(url: str, ca: Path, concurrency: int, seconds: float) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--concurrency", type=int, default=16)
-    p.add_argument("--seconds", type=float, default=20.0)
-    p.add_argument("--out", type=Path, default=Path("bench/results"))
-    args = p.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="snapshot-bench-webhook-"))
+def run(work: Path, concurrency: int, seconds: float) -> dict:
+    """A control plane with one Ready PodSnapshot, the webhook, a warm-up, then the load."""
     with apiserver.control_plane(work / "kube") as cp:
         cp.install_crds()
         snaps = f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/podsnapshots"
@@ -113,8 +108,18 @@ def main(argv: list[str] | None = None) -> int:
                         headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
             r.raise_for_status()
         with webhook_process(work, cp.kubeconfig) as w:
-            asyncio.run(load(w.url, w.ca, args.concurrency, 2.0))  # warm-up
-            result = asyncio.run(load(w.url, w.ca, args.concurrency, args.seconds))
+            asyncio.run(load(w.url, w.ca, concurrency, 2.0))  # warm-up
+            return asyncio.run(load(w.url, w.ca, concurrency, seconds))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="snapshot-bench-webhook-") as tmp:
+        result = run(Path(tmp), args.concurrency, args.seconds)
     out = {
         "command": " ".join(["python -m bench.webhook_load", *(argv or sys.argv[1:])]),
         "machine": platform.node(),

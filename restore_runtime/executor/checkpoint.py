@@ -126,12 +126,15 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
         host = host_info(gpu.drv if maybe_cuda else None, image_digest=req.image_digest)
         command = procs.cmdline(req.pid)
         staging = Staging(req.output)
-        work = Path(tempfile.mkdtemp(prefix="snapshot-dump-"))
     log.info("checkpoint of PID %d: own netns=%s, pod IPs %s", req.pid, own_netns, pod_ips)
 
     quiesced = False
     cuda_ns_pids: list[int] = []
-    with staging:
+    # CRIU's work files (dump.log, stats) go with the dump, failed or not: a failure's error
+    # lines travel in its exception
+    scratch = tempfile.TemporaryDirectory(prefix="snapshot-dump-", ignore_cleanup_errors=True)
+    with staging, scratch as work_dir:
+        work = Path(work_dir)
         try:
             if req.control_dir:
                 with timer.phase("quiesce"):
@@ -189,10 +192,6 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
         )
         digest = write_manifest(staging.dir, manifest, req.sign_key)
         path = staging.commit()
-    with contextlib.suppress(OSError):
-        for f in work.iterdir():
-            f.unlink()
-        work.rmdir()
     progress.done()
     return CheckpointResult(path=path, manifest=manifest, digest=digest)
 
