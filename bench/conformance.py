@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import subprocess
 import sys
 import time
@@ -26,7 +27,8 @@ from devnode.cri import TOOLS_BIN
 DEFAULT_IMAGE = "registry.k8s.io/e2e-test-images/busybox:1.29-2"
 
 
-def run_critest(node: Containerd, handler: str, report_dir: Path, focus: str | None) -> dict:
+def run_critest(node: Containerd, handler: str, report_dir: Path, focus: str | None,
+                seed: int) -> dict:  # fmt: skip
     images = report_dir / "test-images.yaml"
     images.write_text(f"defaultTestContainerImage: {DEFAULT_IMAGE}\n"
                       f"webServerTestImage: {DEFAULT_IMAGE}\n")  # fmt: skip
@@ -34,7 +36,7 @@ def run_critest(node: Containerd, handler: str, report_dir: Path, focus: str | N
            f"-image-endpoint=unix://{node.address}", f"-runtime-handler={handler}",
            f"-test-images-file={images}",
            f"-ginkgo.junit-report={report_dir / (handler + '.xml')}", "-ginkgo.no-color",
-           "-ginkgo.timeout=25m", "-ginkgo.v",
+           "-ginkgo.timeout=25m", "-ginkgo.v", f"-ginkgo.seed={seed}",
            # a spec stuck for a minute prints where it waits (the log is written as it runs)
            "-ginkgo.poll-progress-after=60s", "-ginkgo.poll-progress-interval=60s"]  # fmt: skip
     if focus:
@@ -65,15 +67,21 @@ def main() -> int:
                     help="run only this handler (repeatable); comparing needs both")  # fmt: skip
     args = ap.parse_args()
     handlers = args.handler or ["runc", "snapshot"]
-    node = Containerd(Path(f"/tmp/snapshot-conf-{uuid.uuid4().hex[:6]}"),
-                      bin_dirs=[str(Path(sys.executable).parent)])  # fmt: skip
     report_dir = Path(args.out).absolute() / "conformance"
     report_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        node.start()
-        res = {h: run_critest(node, h, report_dir, args.focus) for h in handlers}
-    finally:
-        node.stop()
+    # Each handler gets a fresh node and the same spec order: the image tests see which
+    # names share an image (the loopback registry serves busybox under every name), so
+    # images left by the first run, or another order, would change their outcome.
+    seed = random.randrange(1, 1 << 30)
+    res = {}
+    for h in handlers:
+        node = Containerd(Path(f"/tmp/snapshot-conf-{uuid.uuid4().hex[:6]}"),
+                          bin_dirs=[str(Path(sys.executable).parent)])  # fmt: skip
+        try:
+            node.start()
+            res[h] = run_critest(node, h, report_dir, args.focus, seed)
+        finally:
+            node.stop()
     if len(res) == 1:
         ((h, r),) = res.items()
         print(json.dumps({h: r["counts"], "failed": sorted(
@@ -85,6 +93,7 @@ def main() -> int:
     )  # fmt: skip
     summary = {
         "critest": "v1.37.0",
+        "ginkgo_seed": seed,
         "command": " ".join(["python -m bench.conformance", *sys.argv[1:]]),
         "runc": res["runc"]["counts"] | {"seconds": res["runc"]["seconds"]},
         "snapshot": res["snapshot"]["counts"] | {"seconds": res["snapshot"]["seconds"]},

@@ -21,6 +21,7 @@ from restore_runtime.executor import CheckpointRequest, CheckpointResult, checkp
 from restore_runtime.executor.runners import RuncContainer
 
 from . import registry
+from .cri import TOOLS_BIN, Crictl
 from .images import write_oci_archive
 
 NAMESPACE = "k8s.io"
@@ -69,6 +70,15 @@ imports = ["{base}/conf.d/*.toml"]
 [ttrpc]
   address = "{base}/containerd.sock.ttrpc"
 {cri_section(base, with_snapshot=False)}"""
+
+
+def _remove_netns(path: str) -> None:
+    """A network namespace bind-mounted at ``path`` (/run/netns/cni-…): unmounted, removed."""
+    if not os.path.exists(path):
+        return
+    subprocess.run(["umount", path], capture_output=True, check=False)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def admitted(art: CheckpointResult, **extra: str) -> dict[str, str]:
@@ -177,6 +187,20 @@ class Containerd:
             write_oci_archive(archive, name, cmd)
             self.ctr("images", "import", str(archive))
 
+    def _remove_pods(self) -> list[str]:
+        """Stop and remove every pod sandbox through the CRI, as the kubelet would; return
+        their network namespaces' paths."""
+        if self.proc is None or self.proc.poll() is not None or not TOOLS_BIN.joinpath(
+                "crictl").exists():  # fmt: skip
+            return []
+        cri = Crictl(self.address, self.base)
+        paths = []
+        for pod in cri.run("pods", "-q", check=False).stdout.split():
+            with contextlib.suppress(RuntimeError, ValueError, KeyError):
+                paths.append(cri.netns_path(pod))
+            cri.remove_pod(pod)
+        return [p for p in paths if p]
+
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(
             ["ctr", "--address", self.address, "-n", NAMESPACE, *args],
@@ -184,7 +208,11 @@ class Containerd:
         )  # fmt: skip
 
     def stop(self) -> None:
-        """Stop containerd, every container it ran, and unmount what they left."""
+        """Tear down everything this node started, in the order that releases it: pod
+        sandboxes through the CRI (the CNI plugin's DEL frees each network namespace, veth
+        and IP), the remaining tasks, containerd and its shims, mounts under its base, the
+        bridge and its IPAM state, the base directory. Safe to call after a failed start."""
+        netns = self._remove_pods()
         with contextlib.suppress(Exception):
             for line in self.ctr("tasks", "ls", "-q", check=False).stdout.split():
                 self.ctr("tasks", "kill", "-s", "SIGKILL", line, check=False)
@@ -200,8 +228,11 @@ class Containerd:
             target = line.split()[1]
             if target.startswith(str(self.base)):
                 subprocess.run(["umount", "-l", target], check=False)
+        for path in netns:  # left when a sandbox could not be removed through the CRI
+            _remove_netns(path)
         with contextlib.suppress(FileNotFoundError):  # no iproute2: no bridge was made either
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+        shutil.rmtree(f"/run/{self.bridge}-ipam", ignore_errors=True)
         if self.registry is not None:
             self.registry.shutdown()
         keep = os.environ.get("SNAPSHOT_KEEP_LOGS")

@@ -69,6 +69,14 @@ class Crictl:
     def pod_ip(self, pod: str) -> str:
         return json.loads(self.run("inspectp", pod).stdout)["status"]["network"]["ip"]
 
+    def netns_path(self, pod: str) -> str | None:
+        """The pod's network namespace (/run/netns/cni-…), from its runtime spec."""
+        spec = json.loads(self.run("inspectp", pod).stdout)["info"]["runtimeSpec"]
+        for ns in spec["linux"]["namespaces"]:
+            if ns["type"] == "network":
+                return ns.get("path")
+        return None
+
     def inspect(self, ctr: str) -> dict:
         return json.loads(self.run("inspect", ctr).stdout)
 

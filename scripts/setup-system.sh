@@ -22,8 +22,9 @@ criu_ok() {
   dpkg --compare-versions "${v:-0}" ge 4.2
 }
 
+# procps: pgrep, which the tests use to find (and the teardown check for) leftover processes
 PKGS=(containerd runc iptables containernetworking-plugins busybox-static etcd-server
-      iproute2 python3-pycriu criu)
+      iproute2 procps python3-pycriu criu)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -70,7 +71,7 @@ fi
 log "installing: ${PKGS[*]}"
 apt-get install -y -q -o Dpkg::Options::=--force-confold -t trixie \
   containerd runc iptables containernetworking-plugins busybox-static etcd-server iproute2 \
-  "${SID[@]}" "${EXTRA[@]}"
+  procps "${SID[@]}" "${EXTRA[@]}"
 # The distro services are not used: tests and the demo run private instances.
 systemctl disable --now containerd etcd >/dev/null 2>&1 || true
 criu_ok || { echo "criu >= 4.2 not installed: $(criu --version 2>&1 | head -1)" >&2; exit 1; }
