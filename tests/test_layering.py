@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     "controller": {"restore_runtime", "kubeclient", "controller"} | CONTROL_PLANE_LIBS,
     "agent": {"restore_runtime", "kubeclient", "agent"} | CONTROL_PLANE_LIBS,
     "devnode": {"restore_runtime", "kubeclient", "devnode"} | CONTROL_PLANE_LIBS,
-    "bench": {"restore_runtime", "devnode", "examples", "bench"},
+    "bench": {"restore_runtime", "devnode", "examples", "bench"} | CONTROL_PLANE_LIBS,
     "examples": {"restore_runtime", "devnode", "examples"},
 }
 

@@ -85,6 +85,9 @@ def agent_client(control_plane):
         unbound.close()
         for path, obj in created:
             admin.delete(f"{path}/{obj['metadata']['name']}")
+        # the chart test dry-runs the same names in this API server
+        admin.delete(f"/api/v1/namespaces/{SYSTEM}/pods/agent-a", params={"gracePeriodSeconds": 0})
+        admin.delete(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{AGENT}")
 
 
 def _wait_until_enforced(agent) -> None:
