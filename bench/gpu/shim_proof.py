@@ -67,6 +67,30 @@ def state_digest(line: str) -> str:
     return next(t for t in line.split() if t.startswith("digest="))
 
 
+def submounts(paths: list[str]) -> list[str]:
+    """Every mount point under ``paths`` (the driver's squashfs under /usr/local/nvidia, say),
+    parents first. Each is bound on its own: runc declares each bind mount to CRIU as
+    external, whereas a submount carried in by an rbind is one CRIU must dump itself, and it
+    cannot for an unknown filesystem ("mnt: FS mnt ... unsupported id")."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if any(point != p and point.startswith(p.rstrip("/") + "/") for p in paths):
+            out.append(point)
+    return sorted(set(out), key=lambda m: (m.count("/"), m))
+
+
+def libcuda_dir() -> str | None:
+    """Where the host's libcuda.so.1 lives: Triton inside a busybox rootfs cannot run
+    ``ldconfig -p`` to find it, so TRITON_LIBCUDA_PATH names it."""
+    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "libcuda.so.1 " in line and "=>" in line:
+            return str(Path(line.split("=>")[1].strip()).parent)
+    dirs = ("/usr/local/nvidia/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib64")
+    return next((d for d in dirs if Path(d, "libcuda.so.1").exists()), None)
+
+
 def run_args(ctl: Path, runtime: str, annotations: dict[str, str], log: Path) -> list[str]:
     # the host's /usr, its Python installation and this checkout, as devnode's workloads
     # (and the virtualenv this runs in, where torch is installed)
@@ -76,12 +100,18 @@ def run_args(ctl: Path, runtime: str, annotations: dict[str, str], log: Path) ->
         *os.environ.get("PYTHONPATH", "").split(":"),
     }
     ro = sorted(paths - {""})
+    # the host's compiler (Triton builds its launcher at the first compile) and libcuda
+    env = {"SNAPSHOT_CONTROL_DIR": "/snapshot-control", "HOME": "/tmp",
+           "PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT)),
+           "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}  # fmt: skip
+    if cuda := libcuda_dir():
+        env["TRITON_LIBCUDA_PATH"] = cuda
     args = ["run", "-d", "--net-host", "--runtime", runtime, "--log-uri", f"file://{log}",
-            "--env", "SNAPSHOT_CONTROL_DIR=/snapshot-control", "--env", "HOME=/tmp",
-            "--env", f"PYTHONPATH={os.environ.get('PYTHONPATH', str(ROOT))}",
             "--mount", f"type=bind,src={ctl},dst=/snapshot-control,options=rbind:rw"]  # fmt: skip
-    for p in ro:
-        args += ["--mount", f"type=bind,src={p},dst={p},options=rbind:ro"]
+    for k, v in env.items():
+        args += ["--env", f"{k}={v}"]
+    for p in [*ro, *submounts(ro)]:
+        args += ["--mount", f"type=bind,src={p},dst={p},options=bind:ro"]
     for d in DEVICES:
         if Path(d).exists():
             args += ["--device", d]

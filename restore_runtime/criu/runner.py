@@ -80,11 +80,24 @@ def run(args: list[str], log_path: Path, pass_fds: tuple[int, ...] = ()) -> None
         raise failure(args[0], proc.returncode, log_path, fallback[-20:])
 
 
+#: CRIU cannot dump a mount of a filesystem it does not know (a squashfs of driver files
+#: carried into the container by a recursive bind, say)
+_UNSUPPORTED_MOUNT = re.compile(r"mnt: FS mnt \.?(\S+) dev (\S+) root \S+ unsupported id (\d+)")
+
+
 def failure(action: str, returncode: int, log_path: Path, fallback: list[str]) -> CriuError:
     """A failed CRIU run (direct or through runc) as the error lines of its log; ``fallback``
-    (the caller's stderr or message) where the log has none."""
+    (the caller's stderr or message) where the log has none. A mount CRIU cannot dump is
+    named first, with what to do about it."""
     try:
         text = log_path.read_text(errors="replace")
     except FileNotFoundError:
         text = ""
-    return CriuError(action, returncode, error_lines(text) or fallback, str(log_path))
+    lines = error_lines(text) or fallback
+    if m := _UNSUPPORTED_MOUNT.search(text):
+        where, dev, fs = m.groups()
+        hint = (f"the mount at {where} (device {dev}, filesystem type id {fs}) cannot be "
+                "dumped: bind it into the container as a mount of its own (not inside a "
+                "recursive bind), so that it is external")  # fmt: skip
+        lines = [hint, *lines]
+    return CriuError(action, returncode, lines, str(log_path))

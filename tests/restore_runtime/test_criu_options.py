@@ -59,3 +59,18 @@ def test_error_lines_skip_benign_and_keep_errors():
 def test_version_tuple():
     assert version_tuple("4.2.1") == (4, 2, 1)
     assert version_tuple("6.18.44-fc-v1098") == (6, 18, 44)
+
+
+def test_a_mount_criu_cannot_dump_is_named(tmp_path):
+    """The driver's squashfs carried in by an rbind stopped a GPU dump with only CRIU's own
+    line; the error now names the mount and what to do (lab notes, second day)."""
+    from restore_runtime.criu.runner import failure
+
+    log = tmp_path / "dump.log"
+    log.write_text(
+        "(00.1) Error (criu/mount.c:1100): mnt: FS mnt ./usr/local/nvidia dev 0xfe00010 "
+        "root / unsupported id 63\n(00.2) Error (criu/cr-dump.c:2100): Dumping FAILED.\n"
+    )
+    e = failure("dump (runc checkpoint)", 1, log, [])
+    assert e.log_lines[0].startswith("the mount at /usr/local/nvidia (device 0xfe00010")
+    assert "a mount of its own" in str(e) and "Dumping FAILED" in str(e)
