@@ -102,8 +102,12 @@ class Agent:
 
     def _start_checkpoint(self, snap: PodSnapshot) -> None:
         async def run() -> None:
-            with kube.isolated(snap):
-                await self.checkpoint(snap)
+            try:
+                with kube.isolated(snap):
+                    await self.checkpoint(snap)
+            except Exception:  # a bug must not vanish silently with the task
+                log.exception("checkpoint of PodSnapshot %s/%s failed",
+                              snap.metadata.namespace, snap.metadata.name)  # fmt: skip
 
         uid = snap.metadata.uid
         task = asyncio.ensure_future(run())
