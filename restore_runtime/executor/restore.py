@@ -115,12 +115,15 @@ class Restore:
     def _prepare(self) -> None:
         req = self.req
         with self.phase("verify"):
-            # Opening the CUDA driver (cuInit, ~0.2s) overlaps hashing and CRIU. The unverified
-            # manifest only decides whether to open it; nothing else is taken from it.
-            self._cuda = self._pool.submit(_open_cuda, self.artifact)
+            # Nothing under a path the pod named is read before it is known to lie in the
+            # store (a FIFO there would hang the read).
             bound = req.store_root is not None
             if bound:
                 self.artifact = binding.in_store(self.artifact, req.store_root)
+            # Opening the CUDA driver (cuInit, ~0.2s) overlaps hashing and CRIU. The unverified
+            # manifest only decides whether to open it; nothing else is taken from it.
+            self._cuda = self._pool.submit(_open_cuda, self.artifact)
+            if bound:
                 binding.admitted(_digest_of(self.artifact), req.admitted_digest)
             if req.require_signature and req.verify_key is None:
                 raise SnapshotError("signed artifacts are required, but no verify key is set "
