@@ -15,6 +15,7 @@ setup: system venv tools
 tools:
 	@bash tools/build-cri-tools.sh
 	@bash tools/build-kube-tools.sh
+	@bash tools/install-containerd2.sh
 
 system:
 	@bash scripts/setup-system.sh

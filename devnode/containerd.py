@@ -16,60 +16,25 @@ from pathlib import Path
 from restore_runtime.artifact import signing
 from restore_runtime.contracts.annotations import ARTIFACT, MANIFEST_DIGEST
 from restore_runtime.contracts.node import NodeConfig
-from restore_runtime.contracts.runtime import runtime_table
 from restore_runtime.executor import CheckpointRequest, CheckpointResult, checkpoint
 from restore_runtime.executor.runners import RuncContainer
 
 from . import registry
+from .containerd_config import (
+    PAUSE_IMAGE,
+    cni_conflist,
+    config_toml,
+    config_v3,
+    runtime_dropin,
+)
 from .cri import TOOLS_BIN, Crictl
 from .images import write_oci_archive
 
 NAMESPACE = "k8s.io"
-PAUSE_IMAGE = "localhost/snapshot/pause:1"
 BUSYBOX_IMAGE = "localhost/snapshot/busybox:1"
-CNI_BIN = "/usr/lib/cni"
 RUNC_ROOT = Path(f"/run/containerd/runc/{NAMESPACE}")
-
-SNAPSHOT_RUNTIME = runtime_table(2)
-
-
-def cri_section(base: Path, with_snapshot: bool) -> str:
-    return f"""[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
-  # These VMs lack CAP_SYS_RESOURCE: a negative oom_score_adj cannot be written.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-{SNAPSHOT_RUNTIME if with_snapshot else ""}  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{CNI_BIN}"
-    conf_dir = "{base}/cni"
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    # every registry host maps to a local server (certs.d/_default): pulls never leave
-    config_path = "{base}/certs.d"
-"""
-
-
-def runtime_dropin(base: Path) -> str:
-    """The drop-in that registers runtime handler ``snapshot`` (RuntimeClass snapshot); the
-    pod annotations it lists reach the shim through the OCI spec. containerd 1.7 replaces a
-    plugin's whole table with an imported one, so the drop-in repeats the node's CRI
-    settings (the Helm chart's agent renders it from the node's own config)."""
-    return "version = 2\n" + cri_section(base, with_snapshot=True)
-
-
-def config_toml(base: Path) -> str:
-    return f"""version = 2
-root = "{base}/root"
-state = "{base}/state"
-imports = ["{base}/conf.d/*.toml"]
-[grpc]
-  address = "{base}/containerd.sock"
-[ttrpc]
-  address = "{base}/containerd.sock.ttrpc"
-{cri_section(base, with_snapshot=False)}"""
+#: containerd 2.x, unpacked beside the system's 1.7 (tools/install-containerd2.sh)
+CONTAINERD2 = Path(os.environ.get("SNAPSHOT_CONTAINERD2", "/var/cache/snapshot-tools/containerd2"))
 
 
 def _remove_netns(path: str) -> None:
@@ -87,20 +52,6 @@ def admitted(art: CheckpointResult, **extra: str) -> dict[str, str]:
     return {ARTIFACT: f"file://{art.path}", MANIFEST_DIGEST: art.digest, **extra}
 
 
-def cni_conflist(bridge: str, subnet: str) -> str:
-    return f"""{{
-  "cniVersion": "1.0.0",
-  "name": "{bridge}",
-  "plugins": [
-    {{"type": "bridge", "bridge": "{bridge}", "isGateway": true, "ipMasq": false,
-      "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{subnet}"}}]],
-               "dataDir": "/run/{bridge}-ipam"}}}},
-    {{"type": "portmap", "capabilities": {{"portMappings": true}}}}
-  ]
-}}
-"""
-
-
 @dataclass
 class Containerd:
     base: Path
@@ -110,9 +61,19 @@ class Containerd:
     proc: subprocess.Popen | None = None
     registry: ThreadingHTTPServer | None = None
 
+    #: containerd's major version: 1 (the system's 1.7) or 2 (tools/install-containerd2.sh)
+    major: int = 1
+
     @property
     def address(self) -> str:
         return str(self.base / "containerd.sock")
+
+    @property
+    def prefix_bins(self) -> list[str]:
+        """containerd 2.x and its runc come first on PATH (its shims find runc there)."""
+        return (
+            [str(CONTAINERD2 / "usr/bin"), str(CONTAINERD2 / "usr/sbin")] if self.major == 2 else []
+        )
 
     @property
     def store(self) -> Path:
@@ -130,7 +91,8 @@ class Containerd:
         )
 
     def env(self) -> dict[str, str]:
-        path = ":".join([*self.bin_dirs, os.environ.get("PATH", "/usr/bin:/bin")])
+        path = ":".join([*self.bin_dirs, *self.prefix_bins,
+                         os.environ.get("PATH", "/usr/bin:/bin")])  # fmt: skip
         # containerd passes its environment on to the shims it starts
         return {**os.environ, "PATH": path, **self.node_config().to_env()}
 
@@ -165,14 +127,17 @@ class Containerd:
         host, port = self.registry.server_address[:2]
         address = f"{host}:{port}"
         (self.base / "certs.d/_default/hosts.toml").write_text(registry.hosts_toml(address))
-        (self.base / "config.toml").write_text(config_toml(self.base))
-        (self.base / "conf.d" / "snapshot-runtime.toml").write_text(runtime_dropin(self.base))
+        if self.major == 2:
+            (self.base / "config.toml").write_text(config_v3(self.base))
+        else:
+            (self.base / "config.toml").write_text(config_toml(self.base))
+            (self.base / "conf.d" / "snapshot-runtime.toml").write_text(runtime_dropin(self.base))
         (self.base / "cni" / "10-snapshot.conflist").write_text(
             cni_conflist(self.bridge, self.subnet)
         )
         with open(self.base / "containerd.log", "ab") as log:
             self.proc = subprocess.Popen(
-                ["containerd", "--config", str(self.base / "config.toml")],
+                [self.binary, "--config", str(self.base / "config.toml")],
                 stdout=log, stderr=log, env=self.env(), start_new_session=True,
             )  # fmt: skip
         deadline = time.monotonic() + timeout
@@ -201,9 +166,14 @@ class Containerd:
             cri.remove_pod(pod)
         return [p for p in paths if p]
 
+    @property
+    def binary(self) -> str:
+        return str(CONTAINERD2 / "usr/bin/containerd") if self.major == 2 else "containerd"
+
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        ctr = str(CONTAINERD2 / "usr/bin/ctr") if self.major == 2 else "ctr"
         return subprocess.run(
-            ["ctr", "--address", self.address, "-n", NAMESPACE, *args],
+            [ctr, "--address", self.address, "-n", NAMESPACE, *args],
             capture_output=True, text=True, check=check, env=self.env(),
         )  # fmt: skip
 

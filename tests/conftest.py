@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from devnode.containerd import Containerd
+from devnode.containerd import CONTAINERD2, Containerd
 from restore_runtime.criu.runner import version_tuple
 
 
@@ -49,7 +49,8 @@ def pytest_configure(config):
     from devnode import apiserver, chart
 
     for what, problem in (("CRIU", CRIU_PROBLEM), ("control-plane", apiserver.missing()),
-                          ("chart", chart.missing())):  # fmt: skip
+                          ("chart", chart.missing()),
+                          ("containerd 2.x", _containerd2_problem())):  # fmt: skip
         if problem:
             raise pytest.UsageError(
                 f"SNAPSHOT_STRICT_DEPS is set but {what} tests cannot run: {problem}"
@@ -89,13 +90,26 @@ requires_containerd = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="session")
-def containerd(tmp_path_factory):
-    """A private containerd with our shim on its PATH, for the whole session."""
+def _containerd2_problem() -> str | None:
+    if not (CONTAINERD2 / "usr/bin/containerd").exists():
+        return f"containerd 2.x is not in {CONTAINERD2} (make tools: tools/install-containerd2.sh)"
+    return None
+
+
+CONTAINERD2_PROBLEM = _containerd2_problem()
+
+
+@pytest.fixture(scope="session", params=[1, 2], ids=["containerd1.7", "containerd2"])
+def containerd(request, tmp_path_factory):
+    """A private containerd with our shim on its PATH, for the whole session: the system's
+    1.7 and 2.x (Kubernetes after 1.35 supports only 2.x), each with its own bridge."""
     if CONTAINERD_PROBLEM:
         pytest.skip(CONTAINERD_PROBLEM)
+    if request.param == 2 and CONTAINERD2_PROBLEM:
+        pytest.skip(CONTAINERD2_PROBLEM)
     base = Path(f"/tmp/snapshot-cd-{uuid.uuid4().hex[:6]}")  # short: unix socket paths
-    c = Containerd(base, bin_dirs=[VENV_BIN])
+    net = {1: {}, 2: {"bridge": "snapbr2", "subnet": "10.233.2.0/24"}}[request.param]
+    c = Containerd(base, bin_dirs=[VENV_BIN], major=request.param, **net)
     c.start()
     yield c
     c.stop()

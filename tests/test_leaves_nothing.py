@@ -59,7 +59,8 @@ def test_a_demo_sized_flow_leaves_the_machine_as_it_was(containerd, tmp_path):
     ignore = {str(containerd.base)}
     before = machine_state(ignore)
     base = Path(f"/tmp/snapshot-leak-{uuid.uuid4().hex[:6]}")
-    node = Containerd(base, subnet="10.233.9.0/24", bridge="snapbr9", bin_dirs=[VENV_BIN])
+    node = Containerd(base, subnet="10.233.9.0/24", bridge="snapbr9", bin_dirs=[VENV_BIN],
+                      major=containerd.major)  # fmt: skip
     work = tmp_path / "work"
     work.mkdir()
     try:

@@ -38,18 +38,20 @@ pytestmark = [
 ]
 
 NODE = "node-e2e"
-NS = "flow"
 IMAGE = "localhost/snapshot/busybox:1"
 PORT = 8080
 COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)
-SNAPS = f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/podsnapshots"
+
+
+def snaps(ns: str) -> str:
+    return f"/apis/nvidia.com/v1alpha1/namespaces/{ns}/podsnapshots"
 
 
 class Kubelet:
     """The kubelet's part, done through the same APIs it uses (see the module docstring)."""
 
-    def __init__(self, api, crictl: Crictl, root) -> None:
-        self.api, self.crictl, self.root = api, crictl, root
+    def __init__(self, api, crictl: Crictl, root, ns: str) -> None:
+        self.api, self.crictl, self.root, self.ns = api, crictl, root, ns
         self.sandboxes: list[str] = []
 
     def start(self, pod: dict, command: list[str] = COUNTER) -> tuple[str, str]:
@@ -57,7 +59,7 @@ class Kubelet:
         its image; `command` for its command), reports it Running, and Ready once its port
         answers, as a tcpSocket readiness probe would. Returns (sandbox id, container id)."""
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
-        r = self.api.post(f"/api/v1/namespaces/{NS}/pods/{name}/binding", json={
+        r = self.api.post(f"/api/v1/namespaces/{self.ns}/pods/{name}/binding", json={
             "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
             "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}})  # fmt: skip
         assert r.status_code == 201, r.text
@@ -87,7 +89,7 @@ class Kubelet:
                 "state": {"running": {"startedAt": "2026-12-02T10:00:00Z"}}}],
         }  # fmt: skip
         r = self.api.patch(
-            f"/api/v1/namespaces/{NS}/pods/{name}/status", json={"status": status},
+            f"/api/v1/namespaces/{self.ns}/pods/{name}/status", json={"status": status},
             headers={"Content-Type": "application/strategic-merge-patch+json"},
         )  # fmt: skip
         assert r.status_code == 200, r.text
@@ -96,12 +98,15 @@ class Kubelet:
 
 @pytest.fixture
 def kubelet(control_plane, containerd, tmp_path):
+    """The kubelet's part, in a namespace of this containerd's own (both containerd versions
+    share the API server)."""
+    ns = f"flow-{containerd.major}"
     with control_plane.client() as api:
-        api.post("/api/v1/namespaces", json={"metadata": {"name": NS}})
+        api.post("/api/v1/namespaces", json={"metadata": {"name": ns}})
         api.post("/apis/node.k8s.io/v1/runtimeclasses", json={
             "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
             "metadata": {"name": "snapshot"}, "handler": "snapshot"})  # fmt: skip
-        k = Kubelet(api, Crictl(containerd.address, tmp_path), tmp_path / "kubelet")
+        k = Kubelet(api, Crictl(containerd.address, tmp_path), tmp_path / "kubelet", ns)
         yield k
         for sandbox in k.sandboxes:
             k.crictl.remove_pod(sandbox)
@@ -116,8 +121,8 @@ def node_agent(client, containerd, kubelet) -> Agent:
 async def test_snapshot_checkpoint_restore_report_delete(
     control_plane, containerd, kubelet, tmp_path
 ):
-    api = kubelet.api
-    src = api.post(f"/api/v1/namespaces/{NS}/pods", json={
+    api, snap_url = kubelet.api, snaps(kubelet.ns)
+    src = api.post(f"/api/v1/namespaces/{kubelet.ns}/pods", json={
         "metadata": {"name": "src"},
         "spec": {"containers": [{"name": "main", "image": IMAGE}]}}).json()  # fmt: skip
     sandbox_a, _ = kubelet.start(src)
@@ -126,7 +131,7 @@ async def test_snapshot_checkpoint_restore_report_delete(
         before = ask(ip_a, PORT, timeout=30)
     assert before["count"] == "4"  # the readiness probe's request, then ours
 
-    r = api.post(SNAPS, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
+    r = api.post(snap_url, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
                               "metadata": {"name": "warm"},
                               "spec": {"source": {"podRef": {"name": "src"},
                                                   "containers": ["main"]}}})  # fmt: skip
@@ -138,14 +143,14 @@ async def test_snapshot_checkpoint_restore_report_delete(
         agent = node_agent(client, containerd, kubelet)
         await controller.reconcile_all()
         await controller.reconcile_all()
-        pending = conditions(api.get(f"{SNAPS}/warm").json())["Ready"]
+        pending = conditions(api.get(f"{snap_url}/warm").json())["Ready"]
         assert pending == ("False", "CheckpointPending")
         await agent.pass_once()
         await agent.drain()
-        snap = api.get(f"{SNAPS}/warm").json()
+        snap = api.get(f"{snap_url}/warm").json()
         assert conditions(snap)["Ready"] == ("True", "Captured"), snap["status"]
         artifact = snap["status"]["artifact"]
-        assert artifact["uri"].startswith(f"file://{store}/{NS}/warm-")
+        assert artifact["uri"].startswith(f"file://{store}/{kubelet.ns}/warm-")
         assert artifact["manifestDigest"].startswith("sha256:") and artifact["sizeBytes"] > 0
         assert snap["status"]["source"]["nodeName"] == NODE
         assert snap["status"]["source"]["criuVersion"]
@@ -156,7 +161,7 @@ async def test_snapshot_checkpoint_restore_report_delete(
             webhook_process(tmp_path, control_plane.kubeconfig) as w,
             chart_webhook_registered(control_plane, w, "snapshot-flow"),
         ):
-            r = api.post(f"/api/v1/namespaces/{NS}/pods", json={
+            r = api.post(f"/api/v1/namespaces/{kubelet.ns}/pods", json={
                 "metadata": {"name": "replica", "annotations": {ann.RESTORE_FROM: "warm"}},
                 "spec": {"containers": [{"name": "main", "image": IMAGE}]}})  # fmt: skip
         assert r.status_code == 201, r.text
@@ -175,7 +180,7 @@ async def test_snapshot_checkpoint_restore_report_delete(
 
         # ... and the agent reports how the restore went.
         await agent.pass_once()
-        stored = api.get(f"/api/v1/namespaces/{NS}/pods/replica").json()
+        stored = api.get(f"/api/v1/namespaces/{kubelet.ns}/pods/replica").json()
         restored = next(c for c in stored["status"]["conditions"]
                         if c["type"] == ann.RESTORED_CONDITION)  # fmt: skip
         assert (restored["status"], restored["reason"]) == ("True", "RestoreSucceeded")
@@ -184,16 +189,16 @@ async def test_snapshot_checkpoint_restore_report_delete(
         assert sample("snapshot_agent_checkpoints_total", {"result": "captured"}) == 1
         assert sample("snapshot_agent_restores_reported_total", {"outcome": "restored"}) == 1
         assert sample("snapshot_agent_artifact_bytes_total") == artifact["sizeBytes"]
-        events = api.get(f"/api/v1/namespaces/{NS}/events").json()["items"]
+        events = api.get(f"/api/v1/namespaces/{kubelet.ns}/events").json()["items"]
         reasons = {(e["involvedObject"]["name"], e["reason"]) for e in events}
         assert {("warm", "Captured"), ("replica", "RestoreSucceeded")} <= reasons
 
         # Deleting the PodSnapshot deletes its artifact, then the object.
         artifact_dir = artifact["uri"].removeprefix("file://")
-        assert api.delete(f"{SNAPS}/warm").status_code == 200
+        assert api.delete(f"{snap_url}/warm").status_code == 200
         await controller.reconcile_all()
         await agent.pass_once()
-        assert api.get(f"{SNAPS}/warm").status_code == 404
+        assert api.get(f"{snap_url}/warm").status_code == 404
         assert not Path(artifact_dir).exists()
 
 
@@ -207,16 +212,16 @@ async def test_cpu_example_snapshot_job_to_restored_replica(
     """examples/cpu_demo/k8s as a user would apply it: the SnapshotJob captures the
     scikit-learn server once it serves, and a pod from the Deployment's template comes up
     restored, answering with the source's predictions."""
-    api = kubelet.api
+    api, snap_url = kubelet.api, snaps(kubelet.ns)
     demo = workloads.command(["-m", "examples.cpu_demo.workload"], PORT, "digits")
-    r = api.post(f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/snapshotjobs",
-                 json=example("cpu_demo/k8s/snapshotjob.yaml"))  # fmt: skip
+    jobs = f"/apis/nvidia.com/v1alpha1/namespaces/{kubelet.ns}/snapshotjobs"
+    r = api.post(jobs, json=example("cpu_demo/k8s/snapshotjob.yaml"))
     assert r.status_code == 201, r.text
     async with await kube.api_client(str(control_plane.kubeconfig)) as client:
         controller = Controller(client)
         agent = node_agent(client, containerd, kubelet)
         await controller.reconcile_all()  # creates the source pod
-        source = api.get(f"/api/v1/namespaces/{NS}/pods/cpu-demo-source").json()
+        source = api.get(f"/api/v1/namespaces/{kubelet.ns}/pods/cpu-demo-source").json()
         sandbox, _ = kubelet.start(source, demo)
         reference = ask(kubelet.crictl.pod_ip(sandbox), PORT)["digest"]
         await controller.reconcile_all()  # the source is Ready: creates the PodSnapshot
@@ -224,9 +229,14 @@ async def test_cpu_example_snapshot_job_to_restored_replica(
         await agent.pass_once()  # quiesce handshake with the workload, then the dump
         await agent.drain()
         await controller.reconcile_all()  # Captured: completes the job
-        job = api.get(f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/snapshotjobs/cpu-demo").json()
+        job = api.get(
+            f"/apis/nvidia.com/v1alpha1/namespaces/{kubelet.ns}/snapshotjobs/cpu-demo"
+        ).json()
         assert conditions(job)["Completed"] == ("True", "Completed"), job["status"]
-        assert conditions(api.get(f"{SNAPS}/cpu-demo").json())["Ready"] == ("True", "Captured")
+        assert conditions(api.get(f"{snap_url}/cpu-demo").json())["Ready"] == (
+            "True",
+            "Captured",
+        )
 
         template = example("cpu_demo/k8s/deployment.yaml")["spec"]["template"]
         replica = {"apiVersion": "v1", "kind": "Pod",
@@ -236,13 +246,13 @@ async def test_cpu_example_snapshot_job_to_restored_replica(
             webhook_process(tmp_path, control_plane.kubeconfig) as w,
             chart_webhook_registered(control_plane, w, "snapshot-cpu-example"),
         ):
-            r = api.post(f"/api/v1/namespaces/{NS}/pods", json=replica)
+            r = api.post(f"/api/v1/namespaces/{kubelet.ns}/pods", json=replica)
         assert r.status_code == 201, r.text
         assert r.json()["spec"]["runtimeClassName"] == "snapshot"
         sandbox_b, _ = kubelet.start(r.json(), demo)
         assert ask(kubelet.crictl.pod_ip(sandbox_b), PORT)["digest"] == reference
         await agent.pass_once()
-        stored = api.get(f"/api/v1/namespaces/{NS}/pods/cpu-demo-replica").json()
+        stored = api.get(f"/api/v1/namespaces/{kubelet.ns}/pods/cpu-demo-replica").json()
         restored = next(c for c in stored["status"]["conditions"]
                         if c["type"] == ann.RESTORED_CONDITION)  # fmt: skip
         assert (restored["status"], restored["reason"]) == ("True", "RestoreSucceeded")
