@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv tools test demo bench bench-shim bench-webhook kind-smoke conformance lint fmt generate clean
+.PHONY: setup system venv tools test demo cluster cluster-smoke bench bench-shim bench-webhook kind-smoke conformance lint fmt generate clean
 
 setup: system venv tools
 
@@ -34,6 +34,15 @@ test: setup
 
 demo: setup
 	$(PY) -m examples.cpu_demo.run
+
+# a real one-node cluster on this machine (kube-apiserver, controller-manager, scheduler,
+# containerd 2.x with the shim, kubelet); prints the kubeconfig, stops everything on Ctrl-C
+cluster: setup
+	$(PY) -m devnode.cluster
+
+# the user story through that cluster: a pod, its PodSnapshot, a restored replica, kubectl
+cluster-smoke: setup
+	$(PY) -m pytest -q tests/test_cluster.py
 
 # cold start vs checkpoint vs restore on this machine (CPU, through containerd + the shim),
 # then the table and chart of every result in bench/results (the GPU ones are committed:

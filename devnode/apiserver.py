@@ -190,6 +190,8 @@ def control_plane(workdir: Path) -> Iterator[ControlPlane]:
                     # The kubernetes Service endpoint may not be a loopback address.
                     "--endpoint-reconciler-type=none",
                     "--allow-privileged=true",
+                    # devnode's kubelet is reached at its InternalIP (no DNS for node names)
+                    "--kubelet-preferred-address-types=InternalIP",
                     f"--cert-dir={workdir / 'certs'}",
                 ],
                 stdout=logf,

@@ -46,10 +46,10 @@ def pytest_configure(config):
     # CI installs every dependency; there a missing one is a broken setup, not a skip.
     if not os.environ.get("SNAPSHOT_STRICT_DEPS"):
         return
-    from devnode import apiserver, chart
+    from devnode import apiserver, chart, cluster
 
     for what, problem in (("CRIU", CRIU_PROBLEM), ("control-plane", apiserver.missing()),
-                          ("chart", chart.missing()),
+                          ("chart", chart.missing()), ("cluster", cluster.missing()),
                           ("containerd 2.x", _containerd2_problem())):  # fmt: skip
         if problem:
             raise pytest.UsageError(

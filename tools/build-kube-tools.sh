@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver (and helm) from the k8s.io/kubernetes Go module pinned in tools/kube/go.mod into a
-# cache outside the repository (test tooling only: the control-plane tests run it with etcd on
-# loopback, as controller-runtime's envtest does). A second run finds it and does nothing.
+# Builds kube-apiserver, kubelet, kube-scheduler, kube-controller-manager and kubectl (and helm)
+# from the k8s.io/kubernetes Go module pinned in tools/kube/go.mod into a cache outside the
+# repository (test tooling only: the control-plane tests run kube-apiserver with etcd on
+# loopback, as controller-runtime's envtest does; devnode's cluster runs the rest). A second
+# run finds them and does nothing.
 set -euo pipefail
 export PATH="$PATH:/usr/local/go/bin"
 command -v go >/dev/null || { echo "the Go toolchain is needed to build kube-apiserver (test tools only)" >&2; exit 1; }
@@ -10,18 +12,22 @@ KUBE_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2}' "$here/go
 [[ -n "$KUBE_VERSION" ]] || { echo "no k8s.io/kubernetes requirement in $here/go.mod" >&2; exit 1; }
 BIN=${SNAPSHOT_TOOLS_BIN:-/var/cache/snapshot-tools/bin}
 mkdir -p "$BIN"
-if [[ -x "$BIN/kube-apiserver" ]] && "$BIN/kube-apiserver" --version | grep -qx "Kubernetes ${KUBE_VERSION}"; then
-  echo "kube-apiserver ${KUBE_VERSION} already in $BIN"
-else
 minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
 v=k8s.io/component-base/version
 ldflags="-s -w -X $v.gitVersion=${KUBE_VERSION} -X $v.gitMajor=1 -X $v.gitMinor=${minor} -X $v.gitTreeState=clean"
-echo "building kube-apiserver ${KUBE_VERSION} (several minutes on a small machine)"
-(cd "$here" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" \
-  -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
-mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
+# kube-apiserver for the control-plane tests; the kubelet, scheduler, controller-manager and
+# kubectl for devnode's one-node cluster (the same release, from the same module pins)
+for cmd in kube-apiserver kubelet kube-scheduler kube-controller-manager kubectl; do
+  ask=(--version); [[ $cmd == kubectl ]] && ask=(version --client)
+  if [[ -x "$BIN/$cmd" ]] && "$BIN/$cmd" "${ask[@]}" 2>/dev/null | grep -q "${KUBE_VERSION}"; then
+    echo "$cmd ${KUBE_VERSION} already in $BIN"; continue
+  fi
+  echo "building $cmd ${KUBE_VERSION} (minutes on a small machine)"
+  (cd "$here" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" \
+    -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd")
+  mv "$BIN/$cmd.tmp" "$BIN/$cmd"
+done
 "$BIN/kube-apiserver" --version
-fi
 
 # helm, to lint and render the chart in tests (charts/snapshot).
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
