@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
                        "containerd (the agent's init container runs this)")  # fmt: skip
     n.add_argument("--host-root", type=Path, required=True, help="where the host's / is mounted")
     n.add_argument("--prefix", type=Path, default=Path("/opt/snapshot"))
+    n.add_argument("--bin-dir", type=Path, default=Path("/usr/local/bin"),
+                   help="the shim wrapper's directory, on containerd's PATH")  # fmt: skip
     n.add_argument("--containerd-config", type=Path, default=Path("/etc/containerd/config.toml"))
     n.add_argument("--verify-key", type=Path, help="Ed25519 public key restores must match")
     n.add_argument(
@@ -94,7 +96,7 @@ def cmd_install_node(args: argparse.Namespace) -> int:
 
     res = install(args.host_root, args.prefix, args.containerd_config, args.verify_key,
                   store_root=args.store, signing_required=args.signing_required,
-                  sign_key=args.sign_key)  # fmt: skip
+                  sign_key=args.sign_key, bin_dir=args.bin_dir)  # fmt: skip
     print(f"shim: {res.shim}; containerd config {'updated' if res.config_changed else 'unchanged'}")
     if res.config_changed and args.restart_containerd:
         # containers keep running across a containerd restart (their shims outlive it)

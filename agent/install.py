@@ -115,9 +115,11 @@ def install(
     store_root: Path = DEFAULT_STORE_ROOT,
     signing_required: bool = True,
     sign_key: Path | None = None,
+    bin_dir: Path = Path("/usr/local/bin"),
 ) -> InstallResult:
     """packages: the site-packages to copy (default: this environment's). The public key
-    comes from ``verify_key``, or is derived from the private ``sign_key``."""
+    comes from ``verify_key``, or is derived from the private ``sign_key``. ``bin_dir``: a
+    directory on containerd's PATH (where /usr is read-only, /opt/bin, say)."""
     host_prefix = host_root / prefix.relative_to("/")
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"
     base = Path(sys.base_prefix)
@@ -161,7 +163,7 @@ def install(
     staging.rename(host_prefix)
     shutil.rmtree(old, ignore_errors=True)
 
-    shim = host_root / "usr/local/bin" / SHIM_NAME
+    shim = host_root / bin_dir.relative_to("/") / SHIM_NAME
     shim.parent.mkdir(parents=True, exist_ok=True)
     tmp = shim.with_name(shim.name + ".new")
     tmp.write_text(wrapper(prefix, python, node))

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -63,6 +64,9 @@ class Containerd:
 
     #: containerd's major version: 1 (the system's 1.7) or 2 (tools/install-containerd2.sh)
     major: int = 1
+    #: registers the snapshot runtime in the written config (containerd 2.x), as the node
+    #: installer does on a real node, instead of devnode's own table
+    installer: Callable[[Path], None] | None = None
 
     @property
     def address(self) -> str:
@@ -128,7 +132,9 @@ class Containerd:
         address = f"{host}:{port}"
         (self.base / "certs.d/_default/hosts.toml").write_text(registry.hosts_toml(address))
         if self.major == 2:
-            (self.base / "config.toml").write_text(config_v3(self.base))
+            (self.base / "config.toml").write_text(config_v3(self.base, self.installer is None))
+            if self.installer is not None:
+                self.installer(self.base / "config.toml")
         else:
             (self.base / "config.toml").write_text(config_toml(self.base))
             (self.base / "conf.d" / "snapshot-runtime.toml").write_text(runtime_dropin(self.base))

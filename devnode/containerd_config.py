@@ -54,8 +54,9 @@ imports = ["{base}/conf.d/*.toml"]
 {cri_section(base, with_snapshot=False)}"""
 
 
-def config_v3(base: Path) -> str:
-    """containerd 2.x: one file (its imports merge, but one file is what a node has)."""
+def config_v3(base: Path, with_snapshot: bool = True) -> str:
+    """containerd 2.x: one file (its imports merge, but one file is what a node has);
+    without the snapshot runtime when the node installer is to register it."""
     return f"""version = 3
 root = "{base}/root"
 state = "{base}/state"
@@ -77,7 +78,7 @@ state = "{base}/state"
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-{runtime_table(3)}  [plugins."io.containerd.cri.v1.runtime".cni]
+{runtime_table(3) if with_snapshot else ""}  [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["{CNI_BIN}"]
     conf_dir = "{base}/cni"
 """

@@ -94,7 +94,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         argv.append("-debug")
     os.set_inheritable(listener.fileno(), True)
     child = subprocess.Popen(
-        [sys.executable, "-m", "shim", *argv[1:], "serve"],
+        [*invocation(), *argv[1:], "serve"],
         cwd=bundle, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, start_new_session=True,
         pass_fds=(listener.fileno(),), env={**os.environ, "SNAPSHOT_SHIM_LISTEN_FD":
@@ -192,6 +192,14 @@ async def serve(args: argparse.Namespace) -> None:
     # asyncio.run would wait for them: the containers are gone, so end here.
     logging.shutdown()
     os._exit(0)
+
+
+def invocation() -> list[str]:
+    """How this process was started, up to its own arguments: ``python -m shim``, the
+    console script, or the node installer's ``python -c <boot>`` (which adds the shim's
+    site directory first). The serving child must start the same way, or it cannot import
+    the shim."""
+    return sys.orig_argv[: len(sys.orig_argv) - len(sys.argv) + 1]
 
 
 def main(argv: list[str] | None = None) -> int:
