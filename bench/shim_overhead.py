@@ -33,7 +33,7 @@ def rss_kib(pid: int) -> int:
 def shim_pid(sandbox: str) -> int:
     out = subprocess.run(["pgrep", "-f", "--", f"-id {sandbox}"], capture_output=True, text=True)
     pids = [int(p) for p in out.stdout.split()]
-    # the runc shim is a Go binary; ours is python -m shim: take the oldest match
+    # one match each (the start process of ours has exited): take the oldest
     return min(pids) if pids else 0
 
 

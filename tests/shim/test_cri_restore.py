@@ -98,7 +98,7 @@ def test_container_that_exits_during_start(cri, host_network):
 
 
 def shims_for(id_: str) -> int:
-    out = subprocess.run(["pgrep", "-f", "--", f"-m shim .*-id {id_}"], capture_output=True,
+    out = subprocess.run(["pgrep", "-f", "--", f"-id {id_} .*serve"], capture_output=True,
                          text=True)  # fmt: skip
     return len(out.stdout.split())
 
