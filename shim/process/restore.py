@@ -71,11 +71,9 @@ class RestoreTarget:
         another container of a restored pod). AnnotationError for values outside their set:
         the shim follows the same rules as the webhook."""
         a = spec.get("annotations") or {}
-        if a.get(ann.CONTAINER_TYPE) == "sandbox":
-            return None
+        if a.get(ann.CONTAINER_TYPE) == "sandbox" or not a.get(ann.ARTIFACT):
+            return None  # nothing to restore: the other annotations do not matter then
         parsed = ann.RestoreAnnotations.parse(a)
-        if parsed.artifact is None:
-            return None
         name = a.get(ann.CONTAINER_NAME)
         if parsed.container and name and parsed.container != name:
             return None

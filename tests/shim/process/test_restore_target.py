@@ -1,0 +1,52 @@
+"""Which containers the shim restores, read from the OCI spec through the one annotation
+parser (shim/process/restore.py ``RestoreTarget.from_spec``).
+
+Cases: the restored container, with its namespace (the CRI's sandbox namespace), control
+directory and network namespace; the pod's sandbox and other containers start normally; a
+value outside its set is an error only where there is something to restore."""
+
+from __future__ import annotations
+
+import pytest
+
+from restore_runtime.contracts import annotations as ann
+from shim.process.restore import RestoreTarget
+
+ART = "file:///var/lib/snapshot/artifacts/team-a/warm"
+
+
+def spec(**annotations: str) -> dict:
+    return {
+        "annotations": {ann.CONTAINER_NAME: "main", ann.SANDBOX_NAMESPACE: "team-a",
+                        **annotations},
+        "process": {"env": ["SNAPSHOT_CONTROL_DIR=/ctl"]},
+        "mounts": [{"destination": "/ctl", "source": "/var/lib/kubelet/pods/u/ctl"}],
+        "linux": {"namespaces": [{"type": "network", "path": "/run/netns/cni-1"}]},
+    }  # fmt: skip
+
+
+def test_the_restored_container():
+    t = RestoreTarget.from_spec(spec(**{ann.ARTIFACT: ART, ann.CONTAINER: "main",
+                                        ann.INTERNAL_RESTORE_POLICY: "strict"}))  # fmt: skip
+    assert t is not None
+    assert str(t.artifact) == "/var/lib/snapshot/artifacts/team-a/warm"
+    assert t.namespace == "team-a" and t.policy is ann.RestorePolicy.STRICT
+    assert str(t.control_dir) == "/var/lib/kubelet/pods/u/ctl" and t.netns == "/run/netns/cni-1"
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {ann.ARTIFACT: ART, ann.CONTAINER_TYPE: "sandbox"},
+        {ann.ARTIFACT: ART, ann.CONTAINER: "other"},
+        {ann.INTERNAL_RESTORE_POLICY: "bogus"},  # nothing to restore: not an error
+    ],
+    ids=["sandbox", "other-container", "no-artifact"],
+)
+def test_containers_that_start_normally(annotations):
+    assert RestoreTarget.from_spec(spec(**annotations)) is None
+
+
+def test_an_unknown_value_is_an_error_where_it_matters():
+    with pytest.raises(ann.AnnotationError, match="not one of: fallback, strict"):
+        RestoreTarget.from_spec(spec(**{ann.ARTIFACT: ART, ann.INTERNAL_RESTORE_POLICY: "bogus"}))
