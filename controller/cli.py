@@ -1,6 +1,6 @@
 """`snapshot-controller`: runs the PodSnapshot and SnapshotJob reconcilers.
 
-snapshot-controller [--kubeconfig FILE] [--interval 2]"""
+snapshot-controller [--kubeconfig FILE] [--interval 2] [--metrics-port 9401]"""
 
 from __future__ import annotations
 
@@ -17,14 +17,18 @@ log = logging.getLogger("snapshot.controller")
 
 async def _main(args: argparse.Namespace) -> None:
     async with await kube.api_client(args.kubeconfig) as api:
+        controller = Controller(api)
+        if args.metrics_port:
+            controller.metrics.serve(args.metrics_port)
         log.info("reconciling every %gs", args.interval)
-        await kube.resync(Controller(api).reconcile_all, args.interval)
+        await kube.resync(controller.reconcile_all, args.interval)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="snapshot-controller", description=__doc__.splitlines()[0])
     p.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between passes")
+    p.add_argument("--metrics-port", type=int, default=9401, help="Prometheus /metrics; 0: off")
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
     logging.basicConfig(

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from kubernetes_asyncio import client
 
 from controller import jobs, snapshots
+from controller.metrics import ControllerMetrics
 from kubeclient import api as kube
 from kubeclient.api import ApiException
 from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, PodSnapshot, SnapshotJob
@@ -19,19 +20,31 @@ COMPONENT = "snapshot-controller"
 
 
 class Controller:
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, metrics: ControllerMetrics | None = None) -> None:
         self.api = api
+        self.metrics = metrics or ControllerMetrics()
+        self.metrics.count_requests(api)
         self.core = client.CoreV1Api(api)
         self.snapshots = kube.pod_snapshots(api)
         self.jobs = kube.snapshot_jobs(api)
 
     async def reconcile_all(self) -> None:
-        for job in await self.jobs.list():
-            with kube.isolated(job):
-                await self.reconcile_job(job)
-        for snap in await self.snapshots.list():
-            with kube.isolated(snap):
-                await self.reconcile_snapshot(snap)
+        with self.metrics.pass_seconds.time():
+            jobs_ = await self.jobs.list()
+            self.metrics.objects.labels("SnapshotJob").set(len(jobs_))
+            for job in jobs_:
+                await self._counted(job, self.reconcile_job(job))
+            snaps = await self.snapshots.list()
+            self.metrics.objects.labels("PodSnapshot").set(len(snaps))
+            for snap in snaps:
+                await self._counted(snap, self.reconcile_snapshot(snap))
+
+    async def _counted(self, obj: PodSnapshot | SnapshotJob, work) -> None:
+        ok = False
+        with kube.isolated(obj):
+            await work
+            ok = True
+        self.metrics.reconciles.labels(obj.kind, "ok" if ok else "error").inc()
 
     async def reconcile_snapshot(self, snap: PodSnapshot) -> None:
         pod = await kube.read_pod(self.api, snap.metadata.namespace, snap.spec.source.pod_ref.name)

@@ -56,7 +56,7 @@ def test_defaults_wire_the_components_together():
     k = by_kind(chart.render())
     (mwc,) = k["MutatingWebhookConfiguration"]
     (hook,) = mwc["webhooks"]
-    (svc,) = k["Service"]
+    (svc,) = [s for s in k["Service"] if s["metadata"]["name"].endswith("-webhook")]
     assert hook["clientConfig"]["service"]["name"] == svc["metadata"]["name"]
     assert hook["failurePolicy"] == "Ignore" and hook["rules"][0]["operations"] == ["CREATE"]
     assert "snapshot-system" in hook["namespaceSelector"]["matchExpressions"][0]["values"]
@@ -110,6 +110,30 @@ def test_defaults_are_secure():
     assert vap["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE", "UPDATE"]
     assert binding["spec"]["policyName"] == vap["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+def test_metrics_services_and_the_service_monitor_toggle():
+    k = by_kind(chart.render())
+    assert "ServiceMonitor" not in k
+    services = {s["metadata"]["name"]: s for s in k["Service"]}
+    ctl = services["snap-snapshot-controller-metrics"]
+    assert ctl["spec"]["ports"] == [{"name": "metrics", "port": 9401, "targetPort": "metrics"}]
+    deploy = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-controller"))
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert "--metrics-port=9401" in container["args"]
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9401}]
+    assert deploy["spec"]["template"]["metadata"]["labels"].items() >= ctl["spec"][
+        "selector"].items()  # fmt: skip
+
+    monitors = by_kind(chart.render(set_values={"metrics.serviceMonitor": "true"}))[
+        "ServiceMonitor"]  # fmt: skip
+    assert {m["metadata"]["name"] for m in monitors} == {"snap-snapshot-controller",
+                                                         "snap-snapshot-agent"}  # fmt: skip
+    for m in monitors:
+        component = m["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
+        svc = services[f"snap-snapshot-{component}-metrics"]
+        assert svc["metadata"]["labels"]["app.kubernetes.io/component"] == component
+        assert m["spec"]["endpoints"][0]["port"] == "metrics"
 
 
 def test_signing_opt_out_is_explicit():

@@ -81,6 +81,13 @@ async def test_pod_snapshot_is_handed_to_the_source_node(control_plane, controll
     assert snap["status"]["source"]["nodeName"] == "node-a"
     assert any(e["reason"] == "CheckpointPending" and e["involvedObject"]["name"] == "snap"
                for e in events)  # fmt: skip
+    sample = controller.metrics.registry.get_sample_value
+    assert sample("snapshot_controller_reconciles_total",
+                  {"kind": "PodSnapshot", "result": "ok"}) >= 2  # fmt: skip
+    assert sample("snapshot_controller_objects", {"kind": "PodSnapshot"}) >= 1
+    assert sample("snapshot_controller_pass_seconds_count") >= 2
+    assert sample("snapshot_controller_api_requests_total", {"verb": "get", "outcome": "ok"}) > 0
+    assert sample("snapshot_controller_api_requests_total", {"verb": "patch", "outcome": "ok"}) > 0
 
 
 async def test_missing_source_fails_and_deletion_is_not_blocked(control_plane, controller, ns):

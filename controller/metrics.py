@@ -1,0 +1,48 @@
+"""The controller's Prometheus metrics: reconciles by kind and result, how long a pass takes,
+how many objects a pass saw, and the Kubernetes API requests it made (by verb and outcome)."""
+
+from __future__ import annotations
+
+from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class ControllerMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.reconciles = Counter(
+            "snapshot_controller_reconciles", "Reconciles, by kind and result (ok, error)",
+            ["kind", "result"], registry=r,
+        )  # fmt: skip
+        self.pass_seconds = Histogram(
+            "snapshot_controller_pass_seconds", "Duration of one pass over every object",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r,
+        )  # fmt: skip
+        self.objects = Gauge(
+            "snapshot_controller_objects", "Objects seen by the last pass, by kind", ["kind"],
+            registry=r,
+        )  # fmt: skip
+        self.api_requests = Counter(
+            "snapshot_controller_api_requests",
+            "Kubernetes API requests, by verb and outcome (ok, error)",
+            ["verb", "outcome"], registry=r,
+        )  # fmt: skip
+
+    def count_requests(self, api: client.ApiClient) -> None:
+        """Count every request the client makes (its one choke point, ``request``)."""
+        inner = api.request
+
+        async def request(method, url, *args, **kwargs):
+            try:
+                out = await inner(method, url, *args, **kwargs)
+            except Exception:
+                self.api_requests.labels(method.lower(), "error").inc()
+                raise
+            self.api_requests.labels(method.lower(), "ok").inc()
+            return out
+
+        api.request = request  # type: ignore[method-assign]
+
+    def serve(self, port: int) -> None:
+        """/metrics on port, from a background thread."""
+        start_http_server(port, registry=self.registry)
