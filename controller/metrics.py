@@ -22,6 +22,10 @@ class ControllerMetrics:
             "snapshot_controller_objects", "Objects seen by the last pass, by kind", ["kind"],
             registry=r,
         )  # fmt: skip
+        self.leader = Gauge(
+            "snapshot_controller_leader", "1 while this replica holds the leader Lease",
+            registry=r,
+        )  # fmt: skip
         self.api_requests = Counter(
             "snapshot_controller_api_requests",
             "Kubernetes API requests, by verb and outcome (ok, error)",

@@ -1,0 +1,90 @@
+"""Leader election through a Lease (kubeclient/leader.py), two candidates against the real
+kube-apiserver, as two controller replicas would run.
+
+Cases: exactly one leads; when the leader dies without a word, the other takes over within
+the lease duration (and never while the first still leads); when the leader stops
+gracefully, it hands the Lease back and the other takes over at once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from kubeclient import api as kube
+from kubeclient.leader import LeaderElector
+
+pytestmark = pytest.mark.slow
+DURATION, RETRY = 2.0, 0.2
+
+
+class Race:
+    """Who leads, as the electors report it; the most that ever led at once."""
+
+    def __init__(self) -> None:
+        self.leading: set[str] = set()
+        self.most = 0
+        self.since: dict[str, float] = {}
+
+    def reporter(self, who: str):
+        def on_change(leader: bool) -> None:
+            if leader:
+                self.leading.add(who)
+                self.since[who] = time.monotonic()
+            else:
+                self.leading.discard(who)
+            self.most = max(self.most, len(self.leading))
+
+        return on_change
+
+
+async def _work() -> None:
+    await asyncio.Event().wait()
+
+
+async def _until(cond, timeout: float) -> float:
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout, "timed out"
+        await asyncio.sleep(0.05)
+    return time.monotonic() - t0
+
+
+@pytest.fixture
+async def electors(control_plane):
+    name = f"lease-{uuid.uuid4().hex[:6]}"
+    race = Race()
+    async with await kube.api_client(str(control_plane.kubeconfig)) as api:
+
+        def make(who: str) -> LeaderElector:
+            return LeaderElector(api, "default", name, who, lease_duration=DURATION,
+                                 renew_deadline=DURATION * 0.75, retry_period=RETRY,
+                                 on_change=race.reporter(who))  # fmt: skip
+
+        yield make, race
+
+
+@pytest.mark.parametrize("graceful", [False, True], ids=["killed", "stopped"])
+async def test_one_leader_and_failover(electors, graceful):
+    make, race = electors
+    a, b = make("a"), make("b")
+    task_a = asyncio.ensure_future(a.run(_work, release=graceful))
+    await _until(lambda: a.leader, 10)
+    task_b = asyncio.ensure_future(b.run(_work))
+    await asyncio.sleep(DURATION * 2)  # b watches a renew: it must not take over
+    assert race.leading == {"a"} and not b.leader
+
+    task_a.cancel()  # killed: no release; stopped: the Lease is handed back
+    with pytest.raises(asyncio.CancelledError):
+        await task_a
+    took = await _until(lambda: b.leader, DURATION * 3)
+    task_b.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task_b
+    assert race.most == 1, "two leaders at once"
+    if graceful:
+        assert took < DURATION, f"a released lease is taken at once, took {took:.2f}s"
+    else:
+        assert DURATION * 0.5 < took < DURATION + 4 * RETRY, f"took {took:.2f}s"
