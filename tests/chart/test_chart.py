@@ -21,6 +21,8 @@ PLURALS = {
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
     "RuntimeClass": "/apis/node.k8s.io/v1/runtimeclasses",
     "Secret": "/api/v1/namespaces/{ns}/secrets",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "ValidatingAdmissionPolicy":
         "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding":
@@ -110,6 +112,22 @@ def test_defaults_are_secure():
     assert vap["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE", "UPDATE"]
     assert binding["spec"]["policyName"] == vap["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+def test_two_controller_replicas_elect_a_leader():
+    k = by_kind(chart.render())
+    deploy = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-controller"))
+    assert deploy["spec"]["replicas"] == 2
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert "--leader-elect" in container["args"] and "--lease-duration=15" in container["args"]
+    assert {e["name"] for e in container["env"]} == {"POD_NAME", "POD_NAMESPACE"}
+    (role,) = k["Role"]
+    assert role["metadata"]["namespace"] == "snapshot-system"
+    assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "verbs": ["get", "create", "update"]}]  # fmt: skip
+    (binding,) = k["RoleBinding"]
+    assert binding["subjects"][0]["name"] == deploy["spec"]["template"]["spec"][
+        "serviceAccountName"]  # fmt: skip
 
 
 def test_metrics_services_and_the_service_monitor_toggle():
