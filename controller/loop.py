@@ -23,7 +23,7 @@ class Controller:
     def __init__(self, api: client.ApiClient, metrics: ControllerMetrics | None = None) -> None:
         self.api = api
         self.metrics = metrics or ControllerMetrics()
-        self.metrics.count_requests(api)
+        kube.count_requests(api, self.metrics.api_requests)
         self.core = client.CoreV1Api(api)
         self.snapshots = kube.pod_snapshots(api)
         self.jobs = kube.snapshot_jobs(api)
@@ -47,7 +47,10 @@ class Controller:
         self.metrics.reconciles.labels(obj.kind, "ok" if ok else "error").inc()
 
     async def reconcile_snapshot(self, snap: PodSnapshot) -> None:
-        pod = await kube.read_pod(self.api, snap.metadata.namespace, snap.spec.source.pod_ref.name)
+        pod = None
+        if snapshots.needs_source(snap):
+            ref = snap.spec.source.pod_ref
+            pod = await kube.read_pod(self.api, snap.metadata.namespace, ref.name)
         act = snapshots.reconcile(snap, pod)
         if act.add_finalizer:
             await self.snapshots.set_finalizers(

@@ -3,7 +3,6 @@ how many objects a pass saw, and the Kubernetes API requests it made (by verb an
 
 from __future__ import annotations
 
-from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 
@@ -31,21 +30,6 @@ class ControllerMetrics:
             "Kubernetes API requests, by verb and outcome (ok, error)",
             ["verb", "outcome"], registry=r,
         )  # fmt: skip
-
-    def count_requests(self, api: client.ApiClient) -> None:
-        """Count every request the client makes (its one choke point, ``request``)."""
-        inner = api.request
-
-        async def request(method, url, *args, **kwargs):
-            try:
-                out = await inner(method, url, *args, **kwargs)
-            except Exception:
-                self.api_requests.labels(method.lower(), "error").inc()
-                raise
-            self.api_requests.labels(method.lower(), "ok").inc()
-            return out
-
-        api.request = request  # type: ignore[method-assign]
 
     def serve(self, port: int) -> None:
         """/metrics on port, from a background thread."""

@@ -39,10 +39,22 @@ def finished(snap: PodSnapshot) -> bool:
     )
 
 
+def _node(snap: PodSnapshot) -> str:
+    return snap.status.source.node_name if snap.status.source else ""
+
+
+def needs_source(snap: PodSnapshot) -> bool:
+    """Whether the decision reads the source pod: only before a node takes the snapshot. A
+    pass over finished (or handed-over, or deleted) snapshots then costs no API call each,
+    which keeps an idle controller's load flat in the number of snapshots."""
+    return snap.metadata.deletion_timestamp is None and not finished(snap) and not _node(snap)
+
+
 def reconcile(snap: PodSnapshot, pod: dict[str, Any] | None) -> SnapshotActions:
-    """pod: the source pod (None when it does not exist)."""
+    """pod: the source pod (None when it does not exist, or when ``needs_source`` is
+    false)."""
     out = SnapshotActions()
-    node = snap.status.source.node_name if snap.status.source else ""
+    node = _node(snap)
     if snap.metadata.deletion_timestamp is not None:
         # The agent deletes the artifact and drops the finalizer; with no node, nothing to delete.
         out.remove_finalizer = ARTIFACT_FINALIZER in snap.metadata.finalizers and not node

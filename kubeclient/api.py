@@ -27,6 +27,7 @@ __all__ = [
     "ApiException",
     "CustomResources",
     "api_client",
+    "count_requests",
     "isolated",
     "pod_snapshots",
     "read_pod",
@@ -115,6 +116,23 @@ class CustomResources(Generic[M]):
             *self._args(obj.metadata.namespace), obj.metadata.name, {"metadata": meta},
             _content_type=MERGE_PATCH,
         )  # fmt: skip
+
+
+def count_requests(api: client.ApiClient, counter) -> None:
+    """Count every request ``api`` makes in ``counter`` (a prometheus Counter labelled verb,
+    outcome), at the client's one choke point, ``request``."""
+    inner = api.request
+
+    async def request(method, url, *args, **kwargs):
+        try:
+            out = await inner(method, url, *args, **kwargs)
+        except Exception:
+            counter.labels(method.lower(), "error").inc()
+            raise
+        counter.labels(method.lower(), "ok").inc()
+        return out
+
+    api.request = request  # type: ignore[method-assign]
 
 
 async def resync(pass_once: Callable[[], Awaitable[None]], interval: float) -> None:

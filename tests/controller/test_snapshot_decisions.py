@@ -109,3 +109,33 @@ def test_deleting_without_our_finalizer_does_nothing():
     act = reconcile(snapshot(deleting=True, finalizers=()), pod())
     assert not act.remove_finalizer and not act.add_finalizer
     assert ARTIFACT_FINALIZER not in snapshot(finalizers=()).metadata.finalizers
+
+
+@pytest.mark.parametrize(
+    "snap",
+    [
+        snapshot(conditions=[("Ready", "True", "Captured")], node="node-a"),
+        snapshot(conditions=[("Ready", "False", "CheckpointFailed"),
+                             ("Failed", "True", "CheckpointFailed")], node="node-a"),
+        snapshot(conditions=[("Ready", "False", "CheckpointPending")], node="node-a"),
+        snapshot(node="node-a", deleting=True),
+        snapshot(deleting=True),
+        snapshot(conditions=[("Failed", "True", "InvalidSource")], finalizers=()),
+    ],
+    ids=["captured", "failed", "handed-over", "deleting-on-node", "deleting", "invalid"],
+)  # fmt: skip
+def test_past_the_handover_the_source_pod_is_not_read(snap):
+    """An idle pass costs one list, not one GET per snapshot: from the handover on, the
+    decision is the same whatever the source pod, so the controller does not read it."""
+    from controller.snapshots import needs_source
+
+    assert not needs_source(snap)
+    with_pod, without = reconcile(snap, pod()), reconcile(snap, None)
+    assert with_pod == without
+
+
+def test_before_the_handover_the_source_pod_is_read():
+    from controller.snapshots import needs_source
+
+    assert needs_source(snapshot()) and needs_source(snapshot(conditions=[
+        ("Ready", "False", "WaitingForSource")]))  # fmt: skip
