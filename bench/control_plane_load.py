@@ -1,30 +1,33 @@
 """Control-plane API load at idle: the Kubernetes API requests per minute that the controller
 and one node agent make with 10, 100 and 1,000 PodSnapshots in the cluster (all Ready, nothing
-to do), against the real kube-apiserver. Both count their own requests (the
-``*_api_requests_total`` metrics); a minute is ``60 / interval`` passes at the chart's default
-interval, measured over several passes.
+to do), against the real kube-apiserver. Both run as their own processes at the chart's
+intervals; the figures are the growth of their ``*_api_requests_total`` metrics over an idle
+stretch.
 
-    python -m bench.control_plane_load [--counts 10,100,1000] [--passes 5] [--out bench/results]
+    python -m bench.control_plane_load [--counts 10,100,1000] [--seconds 20] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from agent.run import Agent, AgentConfig
-from controller.loop import Controller
-from devnode import apiserver
-from kubeclient import api as kube
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from devnode import apiserver, free_port, stop_process, wait_until
 
 INTERVAL_S = 2.0  # the chart's controller.intervalSeconds and agent.intervalSeconds
+NAMES = ("snapshot_controller_api_requests", "snapshot_agent_api_requests")
 NODE = "node-a"
 CREATED = "2026-12-03T00:00:00Z"
 
@@ -57,38 +60,62 @@ def populate(cp: apiserver.ControlPlane, ns: str, count: int, have: int) -> None
             r.raise_for_status()
 
 
-def per_pass(counter) -> float:
-    return sum(s.value for m in counter.collect() for s in m.samples if s.name.endswith("_total"))
+def scrape(port: int, name: str) -> float:
+    """The sum of a counter's samples on a component's /metrics."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return sum(s.value for f in text_string_to_metric_families(text) if f.name == name
+               for s in f.samples if s.name.endswith("_total"))  # fmt: skip
 
 
-async def measure(cp: apiserver.ControlPlane, passes: int) -> tuple[float, float, float]:
-    """(controller requests per pass, agent requests per pass, seconds per controller pass)"""
-    # two clients, as two processes would have: each counts its own requests
-    async with await kube.api_client(str(cp.kubeconfig)) as api, \
-            await kube.api_client(str(cp.kubeconfig)) as agent_api:  # fmt: skip
-        controller = Controller(api)
-        agent = Agent(agent_api, AgentConfig(node=NODE, store=Path("/nonexistent")))
-        await controller.reconcile_all()  # warm-up: nothing may remain to do
-        await agent.pass_once()
-        c0, a0 = per_pass(controller.metrics.api_requests), per_pass(agent.metrics.api_requests)
-        t0 = time.monotonic()
-        for _ in range(passes):
-            await controller.reconcile_all()
-        seconds = (time.monotonic() - t0) / passes
-        for _ in range(passes):
-            await agent.pass_once()
-        c1, a1 = per_pass(controller.metrics.api_requests), per_pass(agent.metrics.api_requests)
-    return (c1 - c0) / passes, (a1 - a0) / passes, seconds
+@contextlib.contextmanager
+def components(cp: apiserver.ControlPlane, work: Path) -> Iterator[tuple[int, int]]:
+    """The controller and one node's agent, as their console entry points run them (the
+    chart's intervals); yields their metrics ports."""
+    ports = free_port(), free_port()
+    kc = str(cp.kubeconfig)
+    cmds = [
+        [sys.executable, "-m", "controller.cli", "--kubeconfig", kc, "--interval",
+         str(INTERVAL_S), "--metrics-port", str(ports[0])],
+        [sys.executable, "-m", "agent.cli", "run", "--kubeconfig", kc, "--node", NODE,
+         "--store", str(work / "store"), "--kubelet-root", str(work / "kubelet"),
+         "--interval", str(INTERVAL_S), "--metrics-port", str(ports[1])],
+    ]  # fmt: skip
+    with (work / "components.log").open("ab") as log:
+        procs = [subprocess.Popen(c, stdout=log, stderr=subprocess.STDOUT) for c in cmds]
+    try:
+
+        def passed_once(port: int, name: str) -> bool:
+            try:
+                return scrape(port, name) > 0
+            except httpx.HTTPError:
+                return False  # not serving /metrics yet
+
+        for port, name in zip(ports, NAMES, strict=True):
+            wait_until(lambda p=port, n=name: passed_once(p, n), procs, "the control plane",
+                       work / "components.log", 30)  # fmt: skip
+        yield ports
+    finally:
+        for proc in procs:
+            stop_process(proc, 10)
+
+
+def measure(ports: tuple[int, int], seconds: float) -> tuple[float, float]:
+    """Requests per minute of (controller, agent), over ``seconds`` of idle running."""
+    before = [scrape(p, n) for p, n in zip(ports, NAMES, strict=True)]
+    time.sleep(seconds)
+    after = [scrape(p, n) for p, n in zip(ports, NAMES, strict=True)]
+    c, a = ((y - x) * 60 / seconds for x, y in zip(before, after, strict=True))
+    return c, a
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--counts", default="10,100,1000")
-    p.add_argument("--passes", type=int, default=5)
+    p.add_argument("--seconds", type=float, default=20.0, help="idle time measured per count")
     p.add_argument("--out", type=Path, default=Path("bench/results"))
     args = p.parse_args(argv)
     counts = [int(c) for c in args.counts.split(",")]
-    ctl, agt, pass_s = {}, {}, {}
+    ctl, agt = {}, {}
     with tempfile.TemporaryDirectory(prefix="snapshot-bench-load-") as tmp, \
             apiserver.control_plane(Path(tmp) / "kube") as cp:  # fmt: skip
         cp.install_crds()
@@ -102,20 +129,18 @@ def main(argv: list[str] | None = None) -> int:
         for n in counts:
             populate(cp, ns, n, have)
             have = n
-            c_req, a_req, seconds = asyncio.run(measure(cp, args.passes))
-            per_min = 60 / INTERVAL_S
-            ctl[str(n)], agt[str(n)] = round(c_req * per_min, 1), round(a_req * per_min, 1)
-            pass_s[str(n)] = round(seconds, 3)
-            print(f"{n:5d} PodSnapshots: controller {ctl[str(n)]}/min, agent {agt[str(n)]}/min, "
-                  f"controller pass {seconds:.3f}s", flush=True)  # fmt: skip
+            with components(cp, Path(tmp)) as ports:
+                c_req, a_req = measure(ports, args.seconds)
+            ctl[str(n)], agt[str(n)] = round(c_req, 1), round(a_req, 1)
+            print(f"{n:5d} PodSnapshots: controller {ctl[str(n)]}/min, agent {agt[str(n)]}/min",
+                  flush=True)  # fmt: skip
     out = {
         "command": " ".join(["python -m bench.control_plane_load", *(argv or sys.argv[1:])]),
         "machine": platform.node(),
         "cpus": os.cpu_count(),
-        "mode": f"polling: a full pass every {INTERVAL_S:g}s (before watches)",
+        "mode": f"idle; a pass every {INTERVAL_S:g}s (list-based, before watches)",
         "controller_requests_per_min": ctl,
         "agent_requests_per_min": agt,
-        "controller_pass_seconds": pass_s,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "control-plane-load.json").write_text(json.dumps(out, indent=2) + "\n")
