@@ -69,11 +69,6 @@ class AgentMetrics:
             "Restore outcomes reported on pods (restored, fell-back, failed)",
             ["outcome"], registry=r,
         )  # fmt: skip
-        self.api_requests = Counter(
-            "snapshot_agent_api_requests",
-            "Kubernetes API requests, by verb and outcome (ok, error)",
-            ["verb", "outcome"], registry=r,
-        )  # fmt: skip
 
     def serve(self, port: int) -> None:
         """/metrics on port, from a background thread."""
@@ -86,7 +81,7 @@ class Agent:
         self.core = client.CoreV1Api(api)
         self.snapshots = kube.pod_snapshots(api)
         self.metrics = AgentMetrics()
-        kube.count_requests(api, self.metrics.api_requests)
+        kube.count_requests(api, "agent", self.metrics.registry)
         #: checkpoints in flight, by PodSnapshot uid: each runs on its own, so one pod's slow
         #: handshake never holds up another pod's checkpoint or the restore reports
         self.running: dict[str, asyncio.Task] = {}

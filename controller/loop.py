@@ -23,7 +23,7 @@ class Controller:
     def __init__(self, api: client.ApiClient, metrics: ControllerMetrics | None = None) -> None:
         self.api = api
         self.metrics = metrics or ControllerMetrics()
-        kube.count_requests(api, self.metrics.api_requests)
+        kube.count_requests(api, "controller", self.metrics.registry)
         self.core = client.CoreV1Api(api)
         self.snapshots = kube.pod_snapshots(api)
         self.jobs = kube.snapshot_jobs(api)

@@ -1,5 +1,6 @@
 """The controller's Prometheus metrics: reconciles by kind and result, how long a pass takes,
-how many objects a pass saw, and the Kubernetes API requests it made (by verb and outcome)."""
+how many objects a pass saw, whether it leads; its API requests are counted by the client
+(``kubeclient.api.count_requests``)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,6 @@ class ControllerMetrics:
         self.leader = Gauge(
             "snapshot_controller_leader", "1 while this replica holds the leader Lease",
             registry=r,
-        )  # fmt: skip
-        self.api_requests = Counter(
-            "snapshot_controller_api_requests",
-            "Kubernetes API requests, by verb and outcome (ok, error)",
-            ["verb", "outcome"], registry=r,
         )  # fmt: skip
 
     def serve(self, port: int) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ValidationError
 
 from restore_runtime.contracts import crd
@@ -118,9 +119,14 @@ class CustomResources(Generic[M]):
         )  # fmt: skip
 
 
-def count_requests(api: client.ApiClient, counter) -> None:
-    """Count every request ``api`` makes in ``counter`` (a prometheus Counter labelled verb,
-    outcome), at the client's one choke point, ``request``."""
+def count_requests(api: client.ApiClient, component: str, registry: CollectorRegistry) -> Counter:
+    """Count every request ``api`` makes, at the client's one choke point (``request``), in
+    ``snapshot_<component>_api_requests_total{verb, outcome}``; returns the counter."""
+    counter = Counter(
+        f"snapshot_{component}_api_requests",
+        "Kubernetes API requests, by verb and outcome (ok, error)",
+        ["verb", "outcome"], registry=registry,
+    )  # fmt: skip
     inner = api.request
 
     async def request(method, url, *args, **kwargs):
@@ -133,6 +139,7 @@ def count_requests(api: client.ApiClient, counter) -> None:
         return out
 
     api.request = request  # type: ignore[method-assign]
+    return counter
 
 
 async def resync(pass_once: Callable[[], Awaitable[None]], interval: float) -> None:
