@@ -77,6 +77,7 @@ class Runc:
     log_dir: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     runner: CommandRunner = field(default_factory=SubprocessRunner)
+    _criu_version: str | None = field(default=None, init=False, repr=False)
 
     def _base(self, id_: str) -> list[str]:
         args = [self.binary, "--root", str(self.root)]
@@ -167,9 +168,12 @@ class Runc:
         return ["--criu", criu_runner.criu_binary()]
 
     async def criu_version(self) -> str:
-        """``criu --version`` through this driver's runner (in the shim: its reaper)."""
-        _, out, _ = await self.runner.run([criu_runner.criu_binary(), "--version"])
-        return criu_runner.parse_version(out.decode(errors="replace"))
+        """``criu --version`` through this driver's runner (in the shim: its reaper), read
+        once: a shim restores many containers, the binary does not change under it."""
+        if self._criu_version is None:
+            _, out, _ = await self.runner.run([criu_runner.criu_binary(), "--version"])
+            self._criu_version = criu_runner.parse_version(out.decode(errors="replace"))
+        return self._criu_version
 
     async def checkpoint(
         self, id_: str, image_path: Path, work_path: Path, leave_running: bool

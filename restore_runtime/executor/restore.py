@@ -123,8 +123,9 @@ class Restore:
             # Opening the CUDA driver (cuInit, ~0.2s) overlaps hashing and CRIU. The unverified
             # manifest only decides whether to open it; nothing else is taken from it.
             self._cuda = self._pool.submit(_open_cuda, self.artifact)
+            self.digest = _digest_of(self.artifact)
             if bound:
-                binding.admitted(_digest_of(self.artifact), req.admitted_digest)
+                binding.admitted(self.digest, req.admitted_digest)
             if req.require_signature and req.verify_key is None:
                 raise SnapshotError("signed artifacts are required, but no verify key is set "
                                     "(the node's SNAPSHOT_VERIFY_KEY)")  # fmt: skip
@@ -137,7 +138,7 @@ class Restore:
             if problems := check_digests([j for j in jobs if j not in pages]):
                 raise VerificationError(problems)
             self._late = self._pool.submit(check_digests, pages, None, self.progress.add_bytes)
-            self.manifest, self.digest = manifest, manifest_digest(self.artifact)
+            self.manifest = manifest
         with self.phase("setup"):
             runner.require_version(req.criu_version)
             # cuInit goes on meanwhile; the gates read the GPUs from /proc
