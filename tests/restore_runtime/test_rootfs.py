@@ -45,6 +45,8 @@ def layout(tmp_path):
     return tmp_path, root, outside
 
 
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: unpacking sets owners (uid 1000)")
 def test_a_legitimate_diff_unpacks(layout):
     tmp, root, _ = layout
     tar = make_tar(tmp / "d.tar", [
