@@ -17,6 +17,8 @@ from restore_runtime.cli import dispatch
 from restore_runtime.contracts.node import DEFAULT_STORE_ROOT
 from restore_runtime.errors import SnapshotError
 
+#: run in the init container; the host's systemd is reached through PID 1's mount namespace
+DEFAULT_RESTART = "nsenter --target 1 --mount -- systemctl restart containerd"
 log = logging.getLogger("snapshot.agent")
 
 
@@ -58,8 +60,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     n.add_argument("--no-signing-required", dest="signing_required", action="store_false",
                    help="let the shim restore unsigned artifacts (weakens isolation)")  # fmt: skip
-    n.add_argument("--restart-containerd", action="store_true",
-                   help="restart containerd (systemd) if its config changed")  # fmt: skip
+    n.add_argument(
+        "--restart-containerd",
+        dest="restart_command",
+        action="store_const",
+        const=DEFAULT_RESTART,
+        help=f"same as --restart-command '{DEFAULT_RESTART}'",
+    )
+    n.add_argument("--restart-command", metavar="CMD",
+                   help="shell command that restarts the host's containerd, run when its "
+                        "config changed (until it succeeds once)")  # fmt: skip
     return p
 
 
@@ -98,11 +108,22 @@ def cmd_install_node(args: argparse.Namespace) -> int:
                   store_root=args.store, signing_required=args.signing_required,
                   sign_key=args.sign_key, bin_dir=args.bin_dir)  # fmt: skip
     print(f"shim: {res.shim}; containerd config {'updated' if res.config_changed else 'unchanged'}")
-    if res.config_changed and args.restart_containerd:
+    # Until containerd has restarted, a marker beside its config says it must: a restart that
+    # fails (the init container then fails and runs again) is retried though the config no
+    # longer changes.
+    pending = res.config.with_name(res.config.name + ".snapshot-restart-pending")
+    if res.config_changed:
+        pending.touch()
+    if pending.exists() and args.restart_command:
         # containers keep running across a containerd restart (their shims outlive it)
-        subprocess.run(["nsenter", "--target", "1", "--mount", "--", "systemctl", "restart",
-                        "containerd"], check=True)  # fmt: skip
-        print("containerd restarted")
+        p = subprocess.run(["sh", "-c", args.restart_command], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SnapshotError(f"restarting containerd ({args.restart_command!r}) failed "
+                                f"({p.returncode}): {p.stderr.strip()}")  # fmt: skip
+        pending.unlink()
+        print(f"containerd restarted ({args.restart_command})")
+    elif pending.exists():
+        print("restart containerd to load the snapshot runtime")
     return 0
 
 

@@ -116,10 +116,21 @@ def _write_kubeconfig(path: Path, url: str, ca: Path, token: str) -> None:
     path.write_text(yaml.safe_dump(cfg))
 
 
+#: the ``kubernetes`` Service's ClusterIP: the first address of --service-cluster-ip-range
+SERVICE_IP = "10.96.0.1"
+IN_CLUSTER_NAMES = [SERVICE_IP, "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                    "kubernetes.default.svc.cluster.local"]  # fmt: skip
+
+
 @contextlib.contextmanager
-def control_plane(workdir: Path) -> Iterator[ControlPlane]:
+def control_plane(workdir: Path, address: str | None = None) -> Iterator[ControlPlane]:
+    """``address``: serve on this (non-loopback) host address for pods to reach, through
+    the ``kubernetes`` Service (kube-proxy routes its ClusterIP here), with service-account
+    tokens admitted into pods. Default: loopback only, no pods (envtest's setting)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    tls = certs.ensure(workdir / "pki", ["localhost", "127.0.0.1"])
+    host = address or "127.0.0.1"
+    names = ["localhost", "127.0.0.1"] + ([address, *IN_CLUSTER_NAMES] if address else [])
+    tls = certs.ensure(workdir / "pki", names)
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     (workdir / "sa.key").write_bytes(
         sa_key.private_bytes(
@@ -173,8 +184,8 @@ def control_plane(workdir: Path) -> Iterator[ControlPlane]:
                 [
                     str(KUBE_APISERVER),
                     f"--etcd-servers={etcd_url}",
-                    "--bind-address=127.0.0.1",
-                    "--advertise-address=127.0.0.1",
+                    f"--bind-address={host}",
+                    f"--advertise-address={host}",
                     f"--secure-port={api_port}",
                     f"--tls-cert-file={tls.cert}",
                     f"--tls-private-key-file={tls.key}",
@@ -184,11 +195,17 @@ def control_plane(workdir: Path) -> Iterator[ControlPlane]:
                     f"--service-account-key-file={workdir / 'sa.pub'}",
                     f"--service-account-signing-key-file={workdir / 'sa.key'}",
                     "--service-cluster-ip-range=10.96.0.0/24",
-                    # No controller-manager makes the default ServiceAccount; pods must still be
-                    # admitted.
-                    "--disable-admission-plugins=ServiceAccount",
-                    # The kubernetes Service endpoint may not be a loopback address.
-                    "--endpoint-reconciler-type=none",
+                    *(
+                        []
+                        if address
+                        else [
+                            # No controller-manager makes the default ServiceAccount; pods
+                            # must still be admitted.
+                            "--disable-admission-plugins=ServiceAccount",
+                            # The kubernetes Service endpoint may not be a loopback address.
+                            "--endpoint-reconciler-type=none",
+                        ]
+                    ),
                     "--allow-privileged=true",
                     # devnode's kubelet is reached at its InternalIP (no DNS for node names)
                     "--kubelet-preferred-address-types=InternalIP",
@@ -198,7 +215,7 @@ def control_plane(workdir: Path) -> Iterator[ControlPlane]:
                 stderr=subprocess.STDOUT,
             )
         )
-        url = f"https://127.0.0.1:{api_port}"
+        url = f"https://{host}:{api_port}"
         kubeconfig = workdir / "kubeconfig"
         _write_kubeconfig(kubeconfig, url, tls.ca, token)
         cp = ControlPlane(url, token, tls.ca, kubeconfig, log)

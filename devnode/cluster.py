@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,24 +24,31 @@ from pathlib import Path
 
 import yaml
 
-from . import apiserver, free_port, stop_process, wait_until
+from . import apiserver, free_port, oci_registry, stop_process, wait_until
 from .containerd import Containerd
 from .cri import TOOLS_BIN
+from .oci_registry import Registry
 
 NODE = "snapnode"
 #: what GPU feature discovery puts on a GPU node (the webhook's affinity and the agent's
 #: nodeSelector read them); this node has no GPU, the labels only let pods land here
 NODE_LABELS = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "cpu-only",
                "snapshot.nvidia.com/shim": "true"}  # fmt: skip
-TOOLS = ("kubelet", "kube-scheduler", "kube-controller-manager", "kubectl")
+TOOLS = ("kubelet", "kube-scheduler", "kube-controller-manager", "kube-proxy", "kubectl")
 
 
 def missing() -> str | None:
-    why = apiserver.missing()
+    why = apiserver.missing() or oci_registry.missing()
     if why:
         return why
     absent = [t for t in TOOLS if not (TOOLS_BIN / t).exists()]
     return f"{', '.join(absent)} not built (make tools)" if absent else None
+
+
+#: the host address the control plane serves pods on: an interface of ours, so nothing
+#: listens on the machine's own network
+API_IFACE, API_ADDRESS = "snapapi0", "10.233.250.1"
+POD_SUBNET = "10.233.5.0/24"
 
 
 @dataclass
@@ -48,6 +56,7 @@ class Cluster:
     api: apiserver.ControlPlane
     node: Containerd
     kubelet_root: Path
+    registry: Registry
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None):
         p = subprocess.run([str(TOOLS_BIN / "kubectl"), "--kubeconfig", str(self.api.kubeconfig),
@@ -63,6 +72,30 @@ class Cluster:
         conds = json.loads(p.stdout)["status"].get("conditions", [])
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
 
+    @property
+    def shim_bin_dir(self) -> Path:
+        """Where the chart's installer puts the shim: on containerd's PATH."""
+        return self.node.base / "bin"
+
+    @property
+    def restart_containerd(self) -> str:
+        """What restarts this node's containerd, run by the chart's init container (which has
+        the host's / at /host, and its PIDs): devnode's supervisor starts it again when it
+        exits, as systemd does on a real node."""
+        return f"kill $(cat /host{self.node.base}/containerd.pid)"
+
+    def chart_values(self) -> dict:
+        """Helm values that fit this node's paths (the rest are the chart's defaults)."""
+        return {"agent": {
+            "containerdConfig": str(self.node.base / "config.toml"),
+            "containerdRestartCommand": self.restart_containerd,
+            "containerdStateDir": str(self.node.base / "state"),
+            "shimPrefix": str(self.node.base / "opt/snapshot"),
+            "shimBinDir": str(self.shim_bin_dir),
+            "artifactStore": str(self.node.store),
+            "kubeletRoot": str(self.kubelet_root),
+        }}  # fmt: skip
+
 
 def kubelet_config(node: Containerd, port: int, healthz: int) -> dict:
     return {
@@ -75,19 +108,74 @@ def kubelet_config(node: Containerd, port: int, healthz: int) -> dict:
         "enforceNodeAllocatable": [], "evictionHard": {},
         "localStorageCapacityIsolation": False,
         "imageGCHighThresholdPercent": 100, "imageMinimumGCAge": "24h",
+        "podLogsDir": str(node.base / "pod-logs"),  # not /var/log/pods: removed with the node
     }  # fmt: skip
 
 
+def _remove_kubelet_chains() -> None:
+    """The iptables chains the kubelet makes (its canaries, and the rule that drops
+    non-loopback packets to 127.0.0.0/8): a real node keeps them, this machine does not."""
+
+    def ipt(*args: str) -> None:
+        subprocess.run(["iptables", "-w", *args], capture_output=True, check=False)
+
+    for chain in ("INPUT", "OUTPUT"):
+        ipt("-D", chain, "-j", "KUBE-FIREWALL")
+    for table in ("filter", "nat", "mangle"):
+        for chain in ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY"):
+            ipt("-t", table, "-F", chain)
+            ipt("-t", table, "-X", chain)
+
+
 @contextlib.contextmanager
-def cluster(work: Path, bin_dirs: list[str]) -> Iterator[Cluster]:
+def _api_interface() -> Iterator[None]:
+    subprocess.run(["ip", "link", "del", API_IFACE], capture_output=True, check=False)
+    # a bridge without ports: the dummy module is not in every kernel (not in these VMs)
+    subprocess.run(["ip", "link", "add", API_IFACE, "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", f"{API_ADDRESS}/32", "dev", API_IFACE], check=True)
+        subprocess.run(["ip", "link", "set", API_IFACE, "up"], check=True)
+        yield
+    finally:
+        subprocess.run(["ip", "link", "del", API_IFACE], capture_output=True, check=False)
+
+
+def _supervise(node: Containerd, stopping: threading.Event) -> None:
+    """systemd's Restart=always for devnode's containerd: the chart's installer stops it to
+    load the new runtime, and it comes back with the new config."""
+    while not stopping.wait(0.2):
+        if node.proc is not None and node.proc.poll() is not None and not stopping.is_set():
+            node.start(import_images=False)
+
+
+@contextlib.contextmanager
+def cluster(work: Path, bin_dirs: list[str], bare: bool = False) -> Iterator[Cluster]:
+    """``bare``: containerd starts without the ``snapshot`` runtime, for the chart's
+    installer to register (and restart it); otherwise devnode registers it, and the shim is
+    found on ``bin_dirs``."""
     work.mkdir(parents=True, exist_ok=True)
     base = Path(f"/tmp/snapshot-k8s-{uuid.uuid4().hex[:6]}")  # short: unix socket paths
-    node = Containerd(base, bridge="snapbr5", subnet="10.233.5.0/24", bin_dirs=bin_dirs, major=2)
+    node = Containerd(base, bridge="snapbr5", subnet=POD_SUBNET,
+                      bin_dirs=[str(base / "bin"), *bin_dirs], major=2,
+                      installer=(lambda _config: None) if bare else None)  # fmt: skip
     root = base / "kubelet"
+    # a shared mount, as / is on a systemd host: the agent sees the containers' root
+    # filesystems and the pods' volumes mounted after it started (HostToContainer)
+    base.mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(base), str(base)], check=True)
+    subprocess.run(["mount", "--make-shared", str(base)], check=True)
     procs: list[subprocess.Popen] = []
+    stopping = threading.Event()
+    supervisor: threading.Thread | None = None
     log = work / "cluster.log"
-    with apiserver.control_plane(work / "kube") as cp, log.open("ab") as logf:
-        c = Cluster(cp, node, root)
+    proxy = TOOLS_BIN / "kube-proxy"
+    with (
+        _api_interface(),
+        apiserver.control_plane(work / "kube", address=API_ADDRESS) as cp,
+        oci_registry.docker_registry(work / "registry") as reg,
+        log.open("ab") as logf,
+    ):
+        c = Cluster(cp, node, root, reg)
         try:
             cp.install_crds()
             kc = str(cp.kubeconfig)
@@ -95,20 +183,31 @@ def cluster(work: Path, bin_dirs: list[str]) -> Iterator[Cluster]:
                 [str(TOOLS_BIN / "kube-controller-manager"), f"--kubeconfig={kc}",
                  "--leader-elect=false", "--bind-address=127.0.0.1",
                  f"--secure-port={free_port()}", "--controllers=*,-serviceaccount-token",
-                 "--use-service-account-credentials=false"],
+                 "--use-service-account-credentials=false", f"--root-ca-file={cp.ca}"],
                 [str(TOOLS_BIN / "kube-scheduler"), f"--kubeconfig={kc}",
                  "--leader-elect=false", "--bind-address=127.0.0.1",
                  f"--secure-port={free_port()}"],
+                # Services: the kubernetes Service's ClusterIP to the API server, the webhook's
+                # to its pods (iptables rules, removed by --cleanup on the way out)
+                [str(proxy), f"--kubeconfig={kc}", f"--hostname-override={NODE}",
+                 "--proxy-mode=iptables", f"--cluster-cidr={POD_SUBNET}",
+                 "--conntrack-max-per-core=0", f"--healthz-bind-address=127.0.0.1:{free_port()}",
+                 f"--metrics-bind-address=127.0.0.1:{free_port()}"],
             ):  # fmt: skip
                 procs.append(subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT))
+            (base / "certs.d" / reg.address).mkdir(parents=True)
+            (base / "certs.d" / reg.address / "hosts.toml").write_text(reg.hosts_toml())
             node.start()
+            supervisor = threading.Thread(target=_supervise, args=(node, stopping), daemon=True)
+            supervisor.start()
             cfg = work / "kubelet.yaml"
             cfg.write_text(yaml.safe_dump(kubelet_config(node, free_port(), free_port())))
             labels = ",".join(f"{k}={v}" for k, v in NODE_LABELS.items())
             procs.append(subprocess.Popen(
                 [str(TOOLS_BIN / "kubelet"), f"--config={cfg}", f"--kubeconfig={kc}",
                  f"--root-dir={root}", f"--cert-dir={work / 'kubelet-pki'}",
-                 f"--hostname-override={NODE}", f"--node-labels={labels}"],
+                 f"--hostname-override={NODE}", f"--node-labels={labels}",
+                 f"--node-ip={API_ADDRESS}"],
                 stdout=logf, stderr=subprocess.STDOUT, env=node.env(),
             ))  # fmt: skip
             wait_until(c.node_ready, procs, "the kubelet's node", log, 90, 0.5)
@@ -117,8 +216,15 @@ def cluster(work: Path, bin_dirs: list[str]) -> Iterator[Cluster]:
             # the kubelet and the control plane's controllers first, then the node's pods
             # through the CRI, and the mounts the kubelet leaves under its --root-dir (both in
             # node.stop: the root dir lies under the node's base)
+            stopping.set()
+            if supervisor is not None:  # not in the middle of starting containerd again
+                supervisor.join()
             for p in reversed(procs):
                 stop_process(p, 15)
+            if proxy.exists():
+                subprocess.run([str(proxy), "--cleanup"], stdout=logf, stderr=subprocess.STDOUT,
+                               check=False)  # fmt: skip
+            _remove_kubelet_chains()
             node.stop()
 
 

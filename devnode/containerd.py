@@ -132,9 +132,10 @@ class Containerd:
         address = f"{host}:{port}"
         (self.base / "certs.d/_default/hosts.toml").write_text(registry.hosts_toml(address))
         if self.major == 2:
-            (self.base / "config.toml").write_text(config_v3(self.base, self.installer is None))
-            if self.installer is not None:
-                self.installer(self.base / "config.toml")
+            if not (self.base / "config.toml").exists():  # a restart keeps what was installed
+                (self.base / "config.toml").write_text(config_v3(self.base, self.installer is None))
+                if self.installer is not None:
+                    self.installer(self.base / "config.toml")
         else:
             (self.base / "config.toml").write_text(config_toml(self.base))
             (self.base / "conf.d" / "snapshot-runtime.toml").write_text(runtime_dropin(self.base))
@@ -146,6 +147,7 @@ class Containerd:
                 [self.binary, "--config", str(self.base / "config.toml")],
                 stdout=log, stderr=log, env=self.env(), start_new_session=True,
             )  # fmt: skip
+        (self.base / "containerd.pid").write_text(f"{self.proc.pid}\n")
         deadline = time.monotonic() + timeout
         while not Path(self.address).exists() or self.ctr("version", check=False).returncode:
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -203,7 +205,7 @@ class Containerd:
         for line in Path("/proc/self/mounts").read_text().splitlines():
             target = line.split()[1]
             if target.startswith(str(self.base)):
-                subprocess.run(["umount", "-l", target], check=False)
+                subprocess.run(["umount", "-l", target], capture_output=True, check=False)
         for path in netns:  # left when a sandbox could not be removed through the CRI
             _remove_netns(path)
         with contextlib.suppress(FileNotFoundError):  # no iproute2: no bridge was made either

@@ -91,7 +91,7 @@ def cni_conflist(bridge: str, subnet: str) -> str:
   "plugins": [
     {{"type": "bridge", "bridge": "{bridge}", "isGateway": true, "ipMasq": false,
       "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{subnet}"}}]],
-               "dataDir": "/run/{bridge}-ipam"}}}},
+               "routes": [{{"dst": "0.0.0.0/0"}}], "dataDir": "/run/{bridge}-ipam"}}}},
     {{"type": "portmap", "capabilities": {{"portMappings": true}}}}
   ]
 }}

@@ -15,9 +15,9 @@ mkdir -p "$BIN"
 minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
 v=k8s.io/component-base/version
 ldflags="-s -w -X $v.gitVersion=${KUBE_VERSION} -X $v.gitMajor=1 -X $v.gitMinor=${minor} -X $v.gitTreeState=clean"
-# kube-apiserver for the control-plane tests; the kubelet, scheduler, controller-manager and
-# kubectl for devnode's one-node cluster (the same release, from the same module pins)
-for cmd in kube-apiserver kubelet kube-scheduler kube-controller-manager kubectl; do
+# kube-apiserver for the control-plane tests; the kubelet, scheduler, controller-manager,
+# kube-proxy and kubectl for devnode's one-node cluster (the same release, from the same module pins)
+for cmd in kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy kubectl; do
   ask=(--version); [[ $cmd == kubectl ]] && ask=(version --client)
   if [[ -x "$BIN/$cmd" ]] && "$BIN/$cmd" "${ask[@]}" 2>/dev/null | grep -q "${KUBE_VERSION}"; then
     echo "$cmd ${KUBE_VERSION} already in $BIN"; continue

@@ -90,3 +90,25 @@ def test_install_into_a_host_root(tmp_path):
     again = inst.install(host, packages=packages, signing_required=False)
     assert not again.config_changed and "SNAPSHOT_VERIFY_KEY" not in again.shim.read_text()
     assert 'SNAPSHOT_SIGNING_REQUIRED="false"' in again.shim.read_text()
+
+
+def test_a_failed_containerd_restart_is_retried_by_the_next_run(tmp_path, monkeypatch):
+    """The init container fails when the restart fails, and runs again; by then the config is
+    already registered, yet containerd has not loaded it: the second run must restart it."""
+    from agent import cli
+
+    host = tmp_path / "host"
+    config = host / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(V2)
+    packages = tmp_path / "site"
+    packages.mkdir()
+    monkeypatch.setattr(inst.sysconfig, "get_paths", lambda: {"purelib": str(packages)})
+    restarts = tmp_path / "restarts"
+    args = ["install-node", f"--host-root={host}", "--no-signing-required"]
+
+    assert cli.main([*args, "--restart-command=exit 3"]) != 0
+    assert cli.main([*args, f"--restart-command=echo once >> {restarts}"]) == 0
+    assert restarts.read_text() == "once\n"
+    assert cli.main([*args, f"--restart-command=echo again >> {restarts}"]) == 0
+    assert restarts.read_text() == "once\n", "nothing changed: no restart"

@@ -216,5 +216,6 @@ def test_signing_and_node_installation():
     spec = by_kind(chart.render())["DaemonSet"][0]["spec"]["template"]["spec"]
     (init,) = spec["initContainers"]
     assert init["command"] == ["snapshot-agent", "install-node"]
-    assert "--restart-containerd" in init["args"]
+    restart = "--restart-command=nsenter --target 1 --mount -- systemctl restart containerd"
+    assert restart in init["args"]
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
