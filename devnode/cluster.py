@@ -90,6 +90,7 @@ class Cluster:
             "containerdConfig": str(self.node.base / "config.toml"),
             "containerdRestartCommand": self.restart_containerd,
             "containerdStateDir": str(self.node.base / "state"),
+            "containerdRootDir": str(self.node.base / "root"),
             "shimPrefix": str(self.node.base / "opt/snapshot"),
             "shimBinDir": str(self.shim_bin_dir),
             "artifactStore": str(self.node.store),

@@ -104,8 +104,8 @@ def _sha256_file(path: Path) -> str:
 
 
 def write_layout(name: str, layout: Path) -> str:
-    """An OCI image layout of image ``name`` in ``layout``; returns its tag (the code
-    layer's digest, so a new checkout is a new tag)."""
+    """An OCI image layout of image ``name`` in ``layout``; returns its tag (from both
+    layers' digests: a new checkout or base is a new tag)."""
     s = spec(name)
     base = base_layer(name)
     blobs = layout / "blobs" / "sha256"
@@ -136,7 +136,7 @@ def write_layout(name: str, layout: Path) -> str:
                    {"mediaType": LAYER, "digest": code_digest, "size": code_size}],
     }  # fmt: skip
     manifest_digest, manifest_size = put(json.dumps(manifest).encode())
-    tag = code_digest.split(":")[1][:16]
+    tag = hashlib.sha256(f"{base_digest} {code_digest}".encode()).hexdigest()[:16]
     (layout / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
     (layout / "index.json").write_text(json.dumps({
         "schemaVersion": 2,

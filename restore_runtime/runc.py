@@ -165,6 +165,10 @@ class Runc:
 
     # -- checkpoint / restore (CRIU) --------------------------------------------------------
     def _criu(self) -> list[str]:
+        # Only when one is named (SNAPSHOT_CRIU): runc >= 1.2 ignores --criu, takes criu from
+        # PATH, and warns on its stderr, which during a restore is the container's log.
+        if not os.environ.get(criu_runner.CRIU_ENV):
+            return []
         return ["--criu", criu_runner.criu_binary()]
 
     async def criu_version(self) -> str:

@@ -31,6 +31,10 @@ POD_NAMESPACE = "io.kubernetes.pod.namespace"
 CONTAINER_NAME = "io.kubernetes.cri.container-name"
 CONTAINER_TYPE = "io.kubernetes.cri.container-type"
 IMAGE_NAME = "io.kubernetes.cri.image-name"
+#: the kubelet's container annotation, passed to the spec by the runtime table's
+#: container_annotations: a restart of a restored container starts it cold, as a restart of
+#: any container does (restoring the same state again could crash the same way)
+RESTART_COUNT = "io.kubernetes.container.restartCount"
 
 # Reported back by the agent.
 RESTORED_CONDITION = "nvidia.com/Restored"

@@ -8,6 +8,8 @@ from __future__ import annotations
 HANDLER = "snapshot"
 RUNTIME_TYPE = "io.containerd.snapshot.v2"
 POD_ANNOTATIONS = ("nvidia.com/*", "snapshot.nvidia.com/*")
+#: of the kubelet's container annotations, the restart count (a restart starts cold)
+CONTAINER_ANNOTATIONS = ("io.kubernetes.container.restartCount",)
 #: containerd's CRI runtime plugin, by config version (1.7 writes version 2, 2.x version 3)
 CRI_PLUGINS = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 
@@ -27,5 +29,7 @@ def runtime_table(config_version: int, handler: str = HANDLER) -> str:
     """The TOML table that registers the shim under ``handler``."""
     plugins, plugin, *rest = runtime_path(config_version, handler)
     table = ".".join([plugins, f'"{plugin}"', *rest])  # the plugin name has dots: quoted
-    annotations = ", ".join(f'"{a}"' for a in POD_ANNOTATIONS)
-    return f'[{table}]\n  runtime_type = "{RUNTIME_TYPE}"\n  pod_annotations = [{annotations}]\n'
+    pod = ", ".join(f'"{a}"' for a in POD_ANNOTATIONS)
+    container = ", ".join(f'"{a}"' for a in CONTAINER_ANNOTATIONS)
+    return (f'[{table}]\n  runtime_type = "{RUNTIME_TYPE}"\n  pod_annotations = [{pod}]\n'
+            f"  container_annotations = [{container}]\n")  # fmt: skip

@@ -77,6 +77,9 @@ class RestoreTarget:
         name = a.get(ann.CONTAINER_NAME)
         if parsed.container and name and parsed.container != name:
             return None
+        if a.get(ann.RESTART_COUNT, "0") != "0":
+            log.info("container %s restarted (count %s): a cold start", name, a[ann.RESTART_COUNT])
+            return None
         artifact = Path(parsed.artifact.removeprefix("file://"))
         namespace = a.get(ann.SANDBOX_NAMESPACE) or a.get(ann.POD_NAMESPACE) or ""
         return cls(parsed, artifact, control_dir(spec), netns_path(spec), namespace, spec)

@@ -30,6 +30,7 @@ def test_runtime_is_added_once_and_the_rest_is_kept():
     assert runtimes["snapshot"] == {
         "runtime_type": "io.containerd.snapshot.v2",
         "pod_annotations": ["nvidia.com/*", "snapshot.nvidia.com/*"],
+        "container_annotations": ["io.kubernetes.container.restartCount"],
     }
     assert runtimes["runc"]["runtime_type"] == "io.containerd.runc.v2"
     assert cfg["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"].endswith("pause:3.10")

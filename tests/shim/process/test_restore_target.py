@@ -40,8 +40,9 @@ def test_the_restored_container():
         {ann.ARTIFACT: ART, ann.CONTAINER_TYPE: "sandbox"},
         {ann.ARTIFACT: ART, ann.CONTAINER: "other"},
         {ann.INTERNAL_RESTORE_POLICY: "bogus"},  # nothing to restore: not an error
+        {ann.ARTIFACT: ART, ann.RESTART_COUNT: "1"},  # the kubelet restarts it: cold
     ],
-    ids=["sandbox", "other-container", "no-artifact"],
+    ids=["sandbox", "other-container", "no-artifact", "restarted"],
 )
 def test_containers_that_start_normally(annotations):
     assert RestoreTarget.from_spec(spec(**annotations)) is None
