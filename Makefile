@@ -36,13 +36,16 @@ demo: setup
 	$(PY) -m examples.cpu_demo.run
 
 # a real one-node cluster on this machine (kube-apiserver, controller-manager, scheduler,
-# containerd 2.x with the shim, kubelet); prints the kubeconfig, stops everything on Ctrl-C
+# kube-proxy, containerd 2.x, kubelet) with the chart installed from images built here;
+# prints the kubeconfig and the demo image, stops everything on Ctrl-C
 cluster: setup
 	$(PY) -m devnode.cluster
 
-# the user story through that cluster: a pod, its PodSnapshot, a restored replica, kubectl
+# the README's Kubernetes walkthrough on that cluster, through helm and kubectl only (~5 min):
+# a table, then one JSON object as the last line
 cluster-smoke: setup
-	$(PY) -m pytest -q tests/test_cluster.py
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_cluster_story.py
+	$(PY) -m devnode.smoke_report
 
 # cold start vs checkpoint vs restore on this machine (CPU, through containerd + the shim),
 # then the table and chart of every result in bench/results (the GPU ones are committed:

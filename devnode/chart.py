@@ -1,13 +1,21 @@
-"""Render the Helm chart with helm (built by tools/build-kube-tools.sh) for tests."""
+"""The Helm chart through helm (built by tools/build-kube-tools.sh): rendered for tests, and
+installed into devnode's cluster."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
+from devnode import project_image
 from devnode.cri import TOOLS_BIN
+
+if TYPE_CHECKING:
+    from devnode.cluster import Cluster
 
 HELM = TOOLS_BIN / "helm"
 CHART = Path(__file__).resolve().parent.parent / "charts" / "snapshot"
@@ -41,3 +49,33 @@ def render(
     if p.returncode != 0:
         raise RenderError(p.stderr.strip())
     return [d for d in yaml.safe_load_all(p.stdout) if d]
+
+
+RELEASE, NAMESPACE = "snapshot", "snapshot-system"
+
+
+@dataclass(frozen=True)
+class Installed:
+    image: str  # the project image the chart runs
+    demo_image: str  # the CPU demo's image, for examples/cpu_demo/k8s
+    values: Path
+
+
+def install(c: Cluster, work: Path) -> Installed:
+    """The README's install on devnode's cluster: the project and demo images built and pushed
+    to the cluster's registry, then ``helm install`` with this node's paths in a values file;
+    returns once the agent (and so the shim) is in place."""
+    image = project_image.push(c.registry, "snapshot")
+    demo = project_image.push(c.registry, "cpu-demo")
+    repo, tag = image.rsplit(":", 1)
+    values = work / "values.yaml"
+    values.write_text(yaml.safe_dump({**c.chart_values(),
+                                      "image": {"repository": repo, "tag": tag}}))  # fmt: skip
+    env = {**os.environ, "KUBECONFIG": str(c.api.kubeconfig)}
+    p = subprocess.run([str(HELM), "install", RELEASE, str(CHART), "-n", NAMESPACE,
+                        "--create-namespace", "-f", str(values), "--wait", "--timeout", "5m"],
+                       capture_output=True, text=True, env=env)  # fmt: skip
+    if p.returncode != 0:
+        raise RenderError(f"helm install: {p.stderr.strip()}")
+    c.kubectl("-n", NAMESPACE, "rollout", "status", "daemonset", "--timeout=180s")
+    return Installed(image, demo, values)

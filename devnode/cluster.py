@@ -170,83 +170,91 @@ def cluster(work: Path, bin_dirs: list[str], bare: bool = False) -> Iterator[Clu
     supervisor: threading.Thread | None = None
     log = work / "cluster.log"
     proxy = TOOLS_BIN / "kube-proxy"
-    with (
-        _api_interface(),
-        apiserver.control_plane(work / "kube", address=API_ADDRESS) as cp,
-        oci_registry.docker_registry(work / "registry") as reg,
-        log.open("ab") as logf,
-    ):
-        c = Cluster(cp, node, root, reg)
-        try:
-            cp.install_crds()
-            kc = str(cp.kubeconfig)
-            for cmd in (
-                [str(TOOLS_BIN / "kube-controller-manager"), f"--kubeconfig={kc}",
-                 "--leader-elect=false", "--bind-address=127.0.0.1",
-                 f"--secure-port={free_port()}", "--controllers=*,-serviceaccount-token",
-                 "--use-service-account-credentials=false", f"--root-ca-file={cp.ca}"],
-                [str(TOOLS_BIN / "kube-scheduler"), f"--kubeconfig={kc}",
-                 "--leader-elect=false", "--bind-address=127.0.0.1",
-                 f"--secure-port={free_port()}"],
-                # Services: the kubernetes Service's ClusterIP to the API server, the webhook's
-                # to its pods (iptables rules, removed by --cleanup on the way out)
-                [str(proxy), f"--kubeconfig={kc}", f"--hostname-override={NODE}",
-                 "--proxy-mode=iptables", f"--cluster-cidr={POD_SUBNET}",
-                 "--conntrack-max-per-core=0", f"--healthz-bind-address=127.0.0.1:{free_port()}",
-                 f"--metrics-bind-address=127.0.0.1:{free_port()}"],
-            ):  # fmt: skip
-                procs.append(subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT))
-            (base / "certs.d" / reg.address).mkdir(parents=True)
-            (base / "certs.d" / reg.address / "hosts.toml").write_text(reg.hosts_toml())
-            node.start()
-            supervisor = threading.Thread(target=_supervise, args=(node, stopping), daemon=True)
-            supervisor.start()
-            cfg = work / "kubelet.yaml"
-            cfg.write_text(yaml.safe_dump(kubelet_config(node, free_port(), free_port())))
-            labels = ",".join(f"{k}={v}" for k, v in NODE_LABELS.items())
-            procs.append(subprocess.Popen(
-                [str(TOOLS_BIN / "kubelet"), f"--config={cfg}", f"--kubeconfig={kc}",
-                 f"--root-dir={root}", f"--cert-dir={work / 'kubelet-pki'}",
-                 f"--hostname-override={NODE}", f"--node-labels={labels}",
-                 f"--node-ip={API_ADDRESS}"],
-                stdout=logf, stderr=subprocess.STDOUT, env=node.env(),
-            ))  # fmt: skip
-            wait_until(c.node_ready, procs, "the kubelet's node", log, 90, 0.5)
-            yield c
-        finally:
-            # the kubelet and the control plane's controllers first, then the node's pods
-            # through the CRI, and the mounts the kubelet leaves under its --root-dir (both in
-            # node.stop: the root dir lies under the node's base)
-            stopping.set()
-            if supervisor is not None:  # not in the middle of starting containerd again
-                supervisor.join()
-            for p in reversed(procs):
-                stop_process(p, 15)
-            if proxy.exists():
-                subprocess.run([str(proxy), "--cleanup"], stdout=logf, stderr=subprocess.STDOUT,
-                               check=False)  # fmt: skip
-            _remove_kubelet_chains()
-            node.stop()
+    try:
+        with (
+            _api_interface(),
+            apiserver.control_plane(work / "kube", address=API_ADDRESS) as cp,
+            oci_registry.docker_registry(work / "registry") as reg,
+            log.open("ab") as logf,
+        ):
+            c = Cluster(cp, node, root, reg)
+            try:
+                cp.install_crds()
+                kc = str(cp.kubeconfig)
+                for cmd in (
+                    [str(TOOLS_BIN / "kube-controller-manager"), f"--kubeconfig={kc}",
+                     "--leader-elect=false", "--bind-address=127.0.0.1",
+                     f"--secure-port={free_port()}", "--controllers=*,-serviceaccount-token",
+                     "--use-service-account-credentials=false", f"--root-ca-file={cp.ca}"],
+                    [str(TOOLS_BIN / "kube-scheduler"), f"--kubeconfig={kc}",
+                     "--leader-elect=false", "--bind-address=127.0.0.1",
+                     f"--secure-port={free_port()}"],
+                    # Services: the kubernetes Service's ClusterIP to the API server, the webhook's
+                    # to its pods (iptables rules, removed by --cleanup on the way out)
+                    [str(proxy), f"--kubeconfig={kc}", f"--hostname-override={NODE}",
+                     "--proxy-mode=iptables", f"--cluster-cidr={POD_SUBNET}",
+                     "--conntrack-max-per-core=0",
+                     f"--healthz-bind-address=127.0.0.1:{free_port()}",
+                     f"--metrics-bind-address=127.0.0.1:{free_port()}"],
+                ):  # fmt: skip
+                    procs.append(subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT))
+                (base / "certs.d" / reg.address).mkdir(parents=True)
+                (base / "certs.d" / reg.address / "hosts.toml").write_text(reg.hosts_toml())
+                node.start()
+                supervisor = threading.Thread(target=_supervise, args=(node, stopping), daemon=True)
+                supervisor.start()
+                cfg = work / "kubelet.yaml"
+                cfg.write_text(yaml.safe_dump(kubelet_config(node, free_port(), free_port())))
+                labels = ",".join(f"{k}={v}" for k, v in NODE_LABELS.items())
+                procs.append(subprocess.Popen(
+                    [str(TOOLS_BIN / "kubelet"), f"--config={cfg}", f"--kubeconfig={kc}",
+                     f"--root-dir={root}", f"--cert-dir={work / 'kubelet-pki'}",
+                     f"--hostname-override={NODE}", f"--node-labels={labels}",
+                     f"--node-ip={API_ADDRESS}"],
+                    stdout=logf, stderr=subprocess.STDOUT, env=node.env(),
+                ))  # fmt: skip
+                wait_until(c.node_ready, procs, "the kubelet's node", log, 90, 0.5)
+                yield c
+            finally:
+                # the kubelet and the control plane's controllers first; then (node.stop) the
+                # node's pods through the CRI, and the mounts the kubelet leaves under its
+                # --root-dir, which lies under the node's base
+                stopping.set()
+                if supervisor is not None:  # not in the middle of starting containerd again
+                    supervisor.join()
+                for p in reversed(procs):
+                    stop_process(p, 15)
+                if proxy.exists():
+                    subprocess.run([str(proxy), "--cleanup"], stdout=logf, stderr=subprocess.STDOUT,
+                                   check=False)  # fmt: skip
+                _remove_kubelet_chains()
+    finally:
+        node.stop()  # also after a failed start: it unmounts the base and removes it
 
 
 def main() -> int:
-    """`make cluster`: start the cluster, print how to reach it, keep it until Ctrl-C."""
+    """`make cluster`: the cluster with the chart installed, until Ctrl-C."""
     import signal
-    import sys
     import tempfile
-    import threading
 
-    venv_bin = str(Path(sys.executable).parent)
+    from . import chart
+
+    def interrupt(*_) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)  # also when started in the background
     with (
+        contextlib.suppress(KeyboardInterrupt),  # outermost: the teardown runs first
         tempfile.TemporaryDirectory(prefix="snapshot-cluster-") as tmp,
-        cluster(Path(tmp), [venv_bin]) as c,
+        cluster(Path(tmp), [], bare=True) as c,
     ):
-        print(f"node {NODE} is Ready; kubectl: {TOOLS_BIN / 'kubectl'} --kubeconfig "
-              f"{c.api.kubeconfig}\nCtrl-C stops everything it started.", flush=True)  # fmt: skip
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):  # also when started in the background
-            signal.signal(sig, lambda *_: stop.set())
-        stop.wait()
+        installed = chart.install(c, Path(tmp))
+        print(f"node {NODE} is Ready, Snapshot installed (release {chart.RELEASE} in "
+              f"{chart.NAMESPACE}).\n"
+              f"  export KUBECONFIG={c.api.kubeconfig}\n  kubectl: {TOOLS_BIN / 'kubectl'}\n"
+              f"  the CPU demo's image: {installed.demo_image}\n"
+              "Ctrl-C stops everything it started.", flush=True)  # fmt: skip
+        signal.pause()
     return 0
 
 

@@ -23,8 +23,10 @@ criu_ok() {
 }
 
 # procps: pgrep, which the tests use to find (and the teardown check for) leftover processes
+# mmdebstrap, skopeo, docker-registry: the project image without Docker, pushed to a
+# loopback registry (devnode's cluster)
 PKGS=(containerd runc iptables containernetworking-plugins busybox-static etcd-server
-      iproute2 procps python3-pycriu criu)
+      iproute2 procps python3-pycriu criu mmdebstrap skopeo docker-registry)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -71,8 +73,8 @@ fi
 log "installing: ${PKGS[*]}"
 apt-get install -y -q -o Dpkg::Options::=--force-confold -t trixie \
   containerd runc iptables containernetworking-plugins busybox-static etcd-server iproute2 \
-  procps "${SID[@]}" "${EXTRA[@]}"
+  procps mmdebstrap skopeo docker-registry "${SID[@]}" "${EXTRA[@]}"
 # The distro services are not used: tests and the demo run private instances.
-systemctl disable --now containerd etcd >/dev/null 2>&1 || true
+systemctl disable --now containerd etcd docker-registry >/dev/null 2>&1 || true
 criu_ok || { echo "criu >= 4.2 not installed: $(criu --version 2>&1 | head -1)" >&2; exit 1; }
 log "done: $(criu --version | head -1), $(runc --version | head -1), containerd $(containerd --version | awk '{print $3}')"

@@ -77,7 +77,10 @@ class RestoreTarget:
         name = a.get(ann.CONTAINER_NAME)
         if parsed.container and name and parsed.container != name:
             return None
-        if a.get(ann.RESTART_COUNT, "0") != "0":
+        # A restart starts cold under fallback; under strict nothing ever cold-starts, so each
+        # restart restores again (and a failure shows in the kubelet's back-off)
+        restarted = a.get(ann.RESTART_COUNT, "0") != "0"
+        if restarted and parsed.policy is ann.RestorePolicy.FALLBACK:
             log.info("container %s restarted (count %s): a cold start", name, a[ann.RESTART_COUNT])
             return None
         artifact = Path(parsed.artifact.removeprefix("file://"))

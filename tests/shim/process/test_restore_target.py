@@ -51,3 +51,9 @@ def test_containers_that_start_normally(annotations):
 def test_an_unknown_value_is_an_error_where_it_matters():
     with pytest.raises(ann.AnnotationError, match="not one of: fallback, strict"):
         RestoreTarget.from_spec(spec(**{ann.ARTIFACT: ART, ann.INTERNAL_RESTORE_POLICY: "bogus"}))
+
+
+def test_a_restart_restores_again_under_strict():
+    t = RestoreTarget.from_spec(spec(**{ann.ARTIFACT: ART, ann.RESTART_COUNT: "2",
+                                        ann.INTERNAL_RESTORE_POLICY: "strict"}))  # fmt: skip
+    assert t is not None and t.policy is ann.RestorePolicy.STRICT

@@ -1,0 +1,283 @@
+"""The user story through helm and kubectl only, on devnode's cluster (kube-apiserver,
+controller-manager, scheduler, kube-proxy, containerd 2.x, kubelet): the README's Kubernetes
+walkthrough, command for command.
+
+The chart runs from the project image built without Docker (devnode/project_image.py) and
+pushed to the loopback registry; its agent's init container registers runtime ``snapshot``
+in this node's containerd 2.x config and restarts containerd. Then:
+
+1. a SnapshotJob of the CPU demo (examples/cpu_demo/k8s) -> a Ready PodSnapshot;
+2. its Deployment, two replicas restored by the shim, each answering on its own pod IP;
+3. ``kubectl logs`` and ``exec``, the readiness probe, and a killed container restarted cold;
+4. a tampered artifact -> a cold start under ``fallback`` with the reason on the pod, and a
+   clear failure under ``strict``;
+5. deleting the PodSnapshot deletes the artifact; ``helm uninstall`` leaves containerd working.
+
+The figures go to bench/results/cluster-smoke.json (``make cluster-smoke`` prints them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from devnode import chart, cluster, oci_registry
+from devnode.chart import HELM
+from devnode.cri import Crictl
+from restore_runtime.contracts import annotations as ann
+from tests.conftest import CONTAINERD2_PROBLEM, requires_containerd
+from tests.helpers import ask
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "cpu_demo" / "k8s"
+RESULTS = ROOT / "bench" / "results" / "cluster-smoke.json"
+NS, RELEASE, SYSTEM = "demo", chart.RELEASE, chart.NAMESPACE
+PORT = 8080
+
+
+def _image_tools() -> str | None:
+    for tool in ("mmdebstrap", "skopeo"):
+        if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode:
+            return f"{tool} not installed (make system)"
+    return oci_registry.missing()
+
+
+pytestmark = [
+    requires_containerd,
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(cluster.missing() is not None, reason=cluster.missing() or ""),
+    pytest.mark.skipif(CONTAINERD2_PROBLEM is not None, reason=CONTAINERD2_PROBLEM or ""),
+    pytest.mark.skipif(_image_tools() is not None, reason=_image_tools() or ""),
+]
+figures: dict = {}
+
+
+class Story:
+    def __init__(self, c: cluster.Cluster, demo_image: str, work: Path):
+        self.c, self.demo_image, self.work = c, demo_image, work
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        return self.c.kubectl(*args, input=input, check=check).stdout
+
+    def apply_example(self, name: str, image: str | None = None, **edits) -> None:
+        """``kubectl apply -f examples/cpu_demo/k8s/NAME.yaml``, with the demo image pushed
+        to this cluster's registry (the README: "set image: to where you pushed it")."""
+        text = (EXAMPLE / f"{name}.yaml").read_text()
+        doc = yaml.safe_load(text.replace("snapshot-cpu-demo:0.1", image or self.demo_image))
+        for path, value in edits.items():
+            node = doc
+            *keys, last = path.split(".")
+            for k in keys:
+                node = node.setdefault(k, {})
+            node[last] = value
+        self.kubectl("-n", NS, "apply", "-f", "-", input=yaml.safe_dump(doc))
+
+    def helm(self, *args: str) -> str:
+        env = {**os.environ, "KUBECONFIG": str(self.c.api.kubeconfig)}
+        p = subprocess.run([str(HELM), *args], capture_output=True, text=True, env=env)
+        assert p.returncode == 0, f"helm {' '.join(args)}: {p.stderr}"
+        return p.stdout
+
+    def pod(self, name: str) -> dict:
+        return json.loads(self.kubectl("-n", NS, "get", "pod", name, "-o", "json"))
+
+    def pods(self, selector: str) -> list[dict]:
+        out = self.kubectl("-n", NS, "get", "pods", "-l", selector, "-o", "json")
+        return json.loads(out)["items"]
+
+    def restored(self, pod: dict) -> dict | None:
+        return next((c for c in pod["status"].get("conditions", [])
+                     if c["type"] == ann.RESTORED_CONDITION), None)  # fmt: skip
+
+    def cri(self) -> Crictl:
+        return Crictl(self.c.node.address, self.c.node.base)
+
+
+def wait_for(what: str, probe, timeout: float = 120.0, every: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not after {timeout:g}s")
+        time.sleep(every)
+
+
+@pytest.fixture(scope="module")
+def story(tmp_path_factory):
+    work = tmp_path_factory.mktemp("story")
+    with cluster.cluster(work, [], bare=True) as c:
+        installed = chart.install(c, work)  # the README's helm install, this node's paths
+        s = Story(c, installed.demo_image, work)
+        s.kubectl("create", "namespace", NS)
+        yield s
+        info = json.loads(s.kubectl("get", "node", cluster.NODE, "-o", "json"))["status"]
+        figures["kubelet_version"] = info["nodeInfo"]["kubeletVersion"]
+        RESULTS.write_text(json.dumps({"command": "make cluster-smoke", **figures}, indent=2)
+                           + "\n")  # fmt: skip
+
+
+def test_1_helm_install_registers_the_runtime_with_containerd2(story):
+    info = json.loads(story.cri().run("info").stdout)
+    runtimes = info["config"]["containerd"]["runtimes"]
+    assert runtimes["snapshot"]["runtimeType"] == "io.containerd.snapshot.v2"
+    version = story.cri().run("version").stdout
+    figures["containerd_version"] = next(
+        line.split()[-1] for line in version.splitlines() if line.startswith("RuntimeVersion")
+    )
+    assert figures["containerd_version"].lstrip("v").startswith("2.")
+    pods = json.loads(story.kubectl("-n", SYSTEM, "get", "pods", "-o", "json"))["items"]
+    ready = [p["metadata"]["name"] for p in pods
+             if all(c["ready"] for c in p["status"].get("containerStatuses", []))]  # fmt: skip
+    assert len(ready) == len(pods) == 5, pods  # webhook x2, controller x2, agent
+
+
+def test_2_a_snapshotjob_makes_a_ready_podsnapshot(story):
+    story.apply_example("snapshotjob")
+    # the job makes the PodSnapshot once its source pod is Ready
+    for cond in ("create", "condition=Ready"):
+        story.kubectl("-n", NS, "wait", f"--for={cond}", "podsnapshot/cpu-demo", "--timeout=300s")
+    row = story.kubectl("-n", NS, "get", "podsnap", "cpu-demo", "--no-headers").split()
+    assert row[:3] == ["cpu-demo", "True", cluster.NODE] and int(row[3]) > 0, row
+
+
+def test_3_deployment_replicas_restore_with_the_source_state(story):
+    t0 = time.monotonic()
+    story.apply_example("deployment")
+
+    def answers() -> list[tuple[str, dict]]:
+        out = []
+        for p in story.pods("app=cpu-demo"):
+            ip = p["status"].get("podIP")
+            if not ip:
+                return []
+            try:
+                out.append((ip, ask(ip, PORT, timeout=0.5)))
+            except AssertionError:
+                return []
+        return out if len(out) == 2 else []
+
+    first = wait_for("both replicas answering", answers, 180, 0.05)
+    figures["restore_s"] = round(time.monotonic() - t0, 2)
+    story.kubectl("-n", NS, "rollout", "status", "deployment/cpu-demo", "--timeout=120s")
+    pods = wait_for("the agent's report on both", lambda: [
+        p for p in story.pods("app=cpu-demo") if story.restored(p)] if all(
+        story.restored(p) for p in story.pods("app=cpu-demo")) else [])  # fmt: skip
+    assert {(story.restored(p)["status"], story.restored(p)["reason"]) for p in pods} == {
+        ("True", "RestoreSucceeded")}  # fmt: skip
+    figures["restored_pods"] = len(pods)
+    story.digest = first[0][1]["digest"]
+    assert first[0][1]["digest"] == first[1][1]["digest"]
+    for p in pods:
+        name, ip = p["metadata"]["name"], p["status"]["podIP"]
+        # the restored process itself: it resumed (no training: no "model ready"), learned
+        # its own pod IP, and runc wrote nothing into its log
+        log = story.kubectl("-n", NS, "logs", name)
+        assert f"resumed mode=restored podIP={ip}" in log and "model ready" not in log, log
+        assert "WARNING" not in log, log
+        describe = story.kubectl("-n", NS, "describe", "pod", name)
+        assert "RestoreSucceeded" in describe and "criu" in describe, describe
+
+
+def test_4_exec_probe_and_a_killed_container_restarts_cold(story):
+    p = story.pods("app=cpu-demo")[0]
+    name, ip = p["metadata"]["name"], p["status"]["podIP"]
+    assert story.kubectl("-n", NS, "exec", name, "--", "echo", "alive").strip() == "alive"
+    assert all(c["ready"] for c in p["status"]["containerStatuses"])  # the readiness probe
+    cid = p["status"]["containerStatuses"][0]["containerID"].split("://")[1]
+    pid = json.loads(story.cri().run("inspect", cid).stdout)["info"]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(
+        "the kubelet's restart",
+        lambda: (
+            story.pod(name)["status"]["containerStatuses"][0]["restartCount"] == 1
+            and story.pod(name)["status"]["containerStatuses"][0]["ready"]
+        ),
+        180,
+    )
+    log = story.kubectl("-n", NS, "logs", name)
+    assert "model ready" in log, log  # trained again: a cold start
+    assert ask(ip, PORT, timeout=30)["digest"] == story.digest
+
+
+def test_5_a_tampered_artifact_cold_starts_under_fallback_and_fails_under_strict(story):
+    art = json.loads(story.kubectl("-n", NS, "get", "podsnap", "cpu-demo", "-o", "json"))[
+        "status"]["artifact"]["uri"].removeprefix("file://")  # fmt: skip
+    pages = max(Path(art).rglob("pages-*.img"), key=lambda f: f.stat().st_size)
+    with pages.open("r+b") as f:  # one flipped byte in the largest memory image
+        f.seek(4096)
+        b = f.read(1)
+        f.seek(4096)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+    story.apply_example(
+        "deployment",
+        **{
+            "metadata.name": "tampered",
+            "spec.replicas": 1,
+            "spec.selector.matchLabels.app": "tampered",
+            "spec.template.metadata.labels.app": "tampered",
+        },
+    )
+    pod = wait_for(
+        "the fallback report",
+        lambda: next((p for p in story.pods("app=tampered") if story.restored(p)), None),
+        180,
+    )
+    cond = story.restored(pod)
+    assert (cond["status"], cond["reason"]) == ("False", "FellBackToColdStart"), cond
+    assert f"{pages.relative_to(art)}: sha256 mismatch" in cond["message"], cond  # readable
+    assert "FellBackToColdStart" in story.kubectl("-n", NS, "describe", "pod",
+                                                  pod["metadata"]["name"])  # fmt: skip
+    ip = story.pod(pod["metadata"]["name"])["status"]["podIP"]
+    assert ask(ip, PORT, timeout=120)["digest"] == story.digest  # cold, and correct
+    figures["fallback_ok"] = True
+
+    strict = {"metadata.name": "strict", "spec.replicas": 1,
+              "spec.selector.matchLabels.app": "strict",
+              "spec.template.metadata.labels.app": "strict",
+              "spec.template.metadata.annotations": {ann.RESTORE_FROM: "cpu-demo",
+                                                     ann.RESTORE_POLICY: "strict"}}  # fmt: skip
+    story.apply_example("deployment", **strict)
+    pod = wait_for(
+        "the strict failure",
+        lambda: next((p for p in story.pods("app=strict") if story.restored(p)), None),
+        180,
+    )
+    cond = story.restored(pod)
+    assert (cond["status"], cond["reason"]) == ("False", "RestoreFailed"), cond
+    status = story.pod(pod["metadata"]["name"])["status"]
+    assert not any(c["ready"] for c in status["containerStatuses"])  # never cold-started
+    assert "model ready" not in story.kubectl("-n", NS, "logs", pod["metadata"]["name"],
+                                              check=False)  # fmt: skip
+
+
+def test_6_deleting_the_podsnapshot_deletes_the_artifact_and_uninstall_keeps_containerd(story):
+    art = Path(json.loads(story.kubectl("-n", NS, "get", "podsnap", "cpu-demo", "-o", "json"))[
+        "status"]["artifact"]["uri"].removeprefix("file://"))  # fmt: skip
+    assert art.exists()
+    story.kubectl("-n", NS, "delete", "podsnapshot", "cpu-demo", "--timeout=120s")
+    wait_for("the artifact's removal", lambda: not art.exists(), 60)
+
+    story.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", "--timeout", "3m")
+    # the node's containerd still runs pods (under runc: the RuntimeClass went with the chart)
+    story.apply_example(
+        "deployment",
+        **{
+            "metadata.name": "plain",
+            "spec.replicas": 1,
+            "spec.selector.matchLabels.app": "plain",
+            "spec.template.metadata.labels.app": "plain",
+            "spec.template.metadata.annotations": {},
+        },
+    )
+    story.kubectl("-n", NS, "rollout", "status", "deployment/plain", "--timeout=180s")
+    assert story.cri().run("version").returncode == 0
