@@ -59,42 +59,15 @@ def run_critest(node: Containerd, handler: str, report_dir: Path, focus: str | N
     return {"counts": counts, "seconds": round(time.monotonic() - t0, 1), "results": results}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--focus")
-    ap.add_argument("--handler", action="append", choices=["runc", "snapshot"],
-                    help="run only this handler (repeatable); comparing needs both")  # fmt: skip
-    args = ap.parse_args()
-    handlers = args.handler or ["runc", "snapshot"]
-    report_dir = Path(args.out).absolute() / "conformance"
-    report_dir.mkdir(parents=True, exist_ok=True)
-    # Each handler gets a fresh node and the same spec order: the image tests see which
-    # names share an image (the loopback registry serves busybox under every name), so
-    # images left by the first run, or another order, would change their outcome.
-    seed = random.randrange(1, 1 << 30)
-    res = {}
-    for h in handlers:
-        node = Containerd(Path(f"/tmp/snapshot-conf-{uuid.uuid4().hex[:6]}"),
-                          bin_dirs=[str(Path(sys.executable).parent)])  # fmt: skip
-        try:
-            node.start()
-            res[h] = run_critest(node, h, report_dir, args.focus, seed)
-        finally:
-            node.stop()
-    if len(res) == 1:
-        ((h, r),) = res.items()
-        print(json.dumps({h: r["counts"], "failed": sorted(
-            n for n, v in r["results"].items() if v == "failed")}, indent=2))  # fmt: skip
-        return 0
+def compare(res: dict, seed: int) -> dict:
+    """One containerd line's summary: counts per handler, and which tests pass under runc
+    but not under snapshot (the regressions; there must be none)."""
     regressions = sorted(
         n for n, v in res["runc"]["results"].items()
         if v == "passed" and res["snapshot"]["results"].get(n) != "passed"
     )  # fmt: skip
-    summary = {
-        "critest": "v1.37.0",
+    return {
         "ginkgo_seed": seed,
-        "command": " ".join(["python -m bench.conformance", *sys.argv[1:]]),
         "runc": res["runc"]["counts"] | {"seconds": res["runc"]["seconds"]},
         "snapshot": res["snapshot"]["counts"] | {"seconds": res["snapshot"]["seconds"]},
         "passed_under_runc_not_snapshot": regressions,
@@ -103,11 +76,63 @@ def main() -> int:
             if v == "failed" and res["snapshot"]["results"].get(n) == "failed"
         ),
     }  # fmt: skip
-    (Path(args.out) / "conformance.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def run_line(major: int, handlers: list[str], report_dir: Path, focus: str | None) -> tuple:
+    # Each handler gets a fresh node and the same spec order: the image tests see which
+    # names share an image (the loopback registry serves busybox under every name), so
+    # images left by the first run, or another order, would change their outcome.
+    seed = random.randrange(1, 1 << 30)
+    res, version = {}, ""
+    for h in handlers:
+        node = Containerd(Path(f"/tmp/snapshot-conf-{uuid.uuid4().hex[:6]}"),
+                          bin_dirs=[str(Path(sys.executable).parent)], major=major)  # fmt: skip
+        try:
+            node.start()
+            version = node.ctr("version").stdout.split("Server:")[-1].split()[1]
+            res[h] = run_critest(node, h, report_dir, focus, seed)
+        finally:
+            node.stop()
+    return version, seed, res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--focus")
+    ap.add_argument(
+        "--handler",
+        action="append",
+        choices=["runc", "snapshot"],
+        help="run only this handler (repeatable); comparing needs both",
+    )
+    ap.add_argument("--containerd", action="append", type=int, choices=[1, 2],
+                    help="containerd 1.7 or 2.x (repeatable; default both)")  # fmt: skip
+    args = ap.parse_args()
+    handlers = args.handler or ["runc", "snapshot"]
+    report_dir = Path(args.out).absolute() / "conformance"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out) / "conformance.json"
+    summary = json.loads(out.read_text()) if out.exists() else {}
+    summary.update(critest="v1.37.0", command=" ".join(["python -m bench.conformance",
+                                                          *sys.argv[1:]]))  # fmt: skip
+    lines = summary.setdefault("containerd", {})
+    failed = False
+    for major in args.containerd or [1, 2]:
+        version, seed, res = run_line(major, handlers, report_dir, args.focus)
+        if len(res) == 1:
+            ((h, r),) = res.items()
+            print(json.dumps({version: {h: r["counts"], "failed": sorted(
+                n for n, v in r["results"].items() if v == "failed")}}, indent=2))  # fmt: skip
+            continue
+        lines[version] = compare(res, seed)
+        failed |= bool(lines[version]["passed_under_runc_not_snapshot"])
+        print(json.dumps({version: {k: v for k, v in lines[version].items()
+                                    if k != "failed_under_both"}}, indent=2))  # fmt: skip
+    out.write_text(json.dumps(summary, indent=2) + "\n")
     for f in report_dir.glob("*.xml"):
         f.unlink()  # the per-test XML is large; the summary and logs are kept
-    print(json.dumps({k: v for k, v in summary.items() if k != "failed_under_both"}, indent=2))
-    return 1 if regressions else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

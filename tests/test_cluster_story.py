@@ -30,6 +30,7 @@ import yaml
 from devnode import chart, cluster, oci_registry
 from devnode.chart import HELM
 from devnode.cri import Crictl
+from devnode.probe import ask_line, parse
 from restore_runtime.contracts import annotations as ann
 from tests.conftest import CONTAINERD2_PROBLEM, requires_containerd
 from tests.helpers import ask
@@ -39,6 +40,8 @@ EXAMPLE = ROOT / "examples" / "cpu_demo" / "k8s"
 RESULTS = ROOT / "bench" / "results" / "cluster-smoke.json"
 NS, RELEASE, SYSTEM = "demo", chart.RELEASE, chart.NAMESPACE
 PORT = 8080
+#: the Deployment's pods (the SnapshotJob's source pod has the same app label)
+REPLICAS = "app=cpu-demo,pod-template-hash"
 
 
 def _image_tools() -> str | None:
@@ -152,30 +155,31 @@ def test_2_a_snapshotjob_makes_a_ready_podsnapshot(story):
 def test_3_deployment_replicas_restore_with_the_source_state(story):
     t0 = time.monotonic()
     story.apply_example("deployment")
+    answered: dict[str, tuple[float, dict]] = {}  # pod IP -> (seconds since apply, reply)
 
-    def answers() -> list[tuple[str, dict]]:
-        out = []
-        for p in story.pods("app=cpu-demo"):
+    def both_answer() -> bool:
+        for p in story.pods(REPLICAS):
             ip = p["status"].get("podIP")
-            if not ip:
-                return []
-            try:
-                out.append((ip, ask(ip, PORT, timeout=0.5)))
-            except AssertionError:
-                return []
-        return out if len(out) == 2 else []
+            # short timeouts: a pod IP whose network is not up yet gets no reply at all
+            line = ask_line(ip, PORT, timeout=0.3) if ip and ip not in answered else None
+            if line:
+                answered[ip] = (time.monotonic() - t0, parse(line))
+        return len(answered) == 2
 
-    first = wait_for("both replicas answering", answers, 180, 0.05)
-    figures["restore_s"] = round(time.monotonic() - t0, 2)
+    wait_for("both replicas answering", both_answer, 180, 0.02)
+    first = sorted(answered.values(), key=lambda a: a[0])
+    # SnapshotJob-made artifact -> the first correct answer of a Deployment pod
+    figures["restore_s"] = round(first[0][0], 2)
+    figures["restore_both_s"] = round(first[1][0], 2)
     story.kubectl("-n", NS, "rollout", "status", "deployment/cpu-demo", "--timeout=120s")
     pods = wait_for("the agent's report on both", lambda: [
-        p for p in story.pods("app=cpu-demo") if story.restored(p)] if all(
-        story.restored(p) for p in story.pods("app=cpu-demo")) else [])  # fmt: skip
+        p for p in story.pods(REPLICAS) if story.restored(p)] if all(
+        story.restored(p) for p in story.pods(REPLICAS)) else [])  # fmt: skip
     assert {(story.restored(p)["status"], story.restored(p)["reason"]) for p in pods} == {
         ("True", "RestoreSucceeded")}  # fmt: skip
     figures["restored_pods"] = len(pods)
     story.digest = first[0][1]["digest"]
-    assert first[0][1]["digest"] == first[1][1]["digest"]
+    assert first[0][1]["digest"] == first[1][1]["digest"]  # the same model in both
     for p in pods:
         name, ip = p["metadata"]["name"], p["status"]["podIP"]
         # the restored process itself: it resumed (no training: no "model ready"), learned
@@ -188,7 +192,7 @@ def test_3_deployment_replicas_restore_with_the_source_state(story):
 
 
 def test_4_exec_probe_and_a_killed_container_restarts_cold(story):
-    p = story.pods("app=cpu-demo")[0]
+    p = story.pods(REPLICAS)[0]
     name, ip = p["metadata"]["name"], p["status"]["podIP"]
     assert story.kubectl("-n", NS, "exec", name, "--", "echo", "alive").strip() == "alive"
     assert all(c["ready"] for c in p["status"]["containerStatuses"])  # the readiness probe

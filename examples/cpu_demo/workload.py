@@ -14,6 +14,7 @@ generated at start): a longer cold start and a bigger checkpoint, for the benchm
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import socket
 import sys
@@ -77,7 +78,9 @@ def main() -> None:
         with lock, conn:
             count += 1
             digest = hashlib.sha256(model.predict_proba(batch).tobytes()).hexdigest()[:16]
-            conn.sendall(f"digest={digest} count={count} weights={weights}\n".encode())
+            # a client may be gone by now (a TCP readiness probe connects and closes at once)
+            with contextlib.suppress(OSError):
+                conn.sendall(f"digest={digest} count={count} weights={weights}\n".encode())
 
 
 if __name__ == "__main__":
