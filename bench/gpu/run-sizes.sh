@@ -2,7 +2,8 @@
 # On the GPU machine (device run, carrying .deb, .whl and .deb-node from prepare-carry.sh): for
 # each size, the shim path (shim_proof.py: containerd + the shim) and then the snapshotctl and
 # raw paths (proof.py: snapshotctl restore, and criu restore + CUDA restore called directly),
-# in one machine session, so the three compare. Results under $OUT/<size>/ as produced.
+# in one machine session, so the three compare. Each size's two JSON results go to $OUT as
+# soon as they are made, its logs as one archive (a device run returns only a few files).
 #
 #   bash bench/gpu/run-sizes.sh 0.35b 1.3b      # then 6.65b in a second call (10 min each)
 set -uo pipefail
@@ -21,11 +22,15 @@ for size in "$@"; do
     6.65b) model=(--layers 32 --width 4096 --heads 32) ;;
     *) echo "unknown size $size" >&2; exit 2 ;;
   esac
-  mkdir -p "$OUT/$size"
+  work="/tmp/run-sizes/$size"
+  mkdir -p "$work"
   port=$((port + 2))
-  timeout -s INT 280 python3 bench/gpu/shim_proof.py --out "$OUT/$size" --port "$port" \
-    "${model[@]}" --name "gpu-shim-proof-$size" 2>&1 | tee "$OUT/$size/shim_proof.log" | tail -25
-  timeout -s INT 280 python3 bench/gpu/proof.py --out "$OUT/$size" --port "$((port + 1))" \
+  timeout -s INT 280 python3 bench/gpu/shim_proof.py --out "$work" --port "$port" \
+    "${model[@]}" --name "gpu-shim-proof-$size" 2>&1 | tee "$work/shim_proof.log" | tail -8
+  cp "$work/gpu-shim-proof-$size.json" "$OUT/"
+  timeout -s INT 280 python3 bench/gpu/proof.py --out "$work" --port "$((port + 1))" \
     "${model[@]}" --kv-gb 16 --leave-running --name "gpu-bench-$size" 2>&1 \
-    | tee "$OUT/$size/proof.log" | tail -25
+    | tee "$work/proof.log" | tail -8
+  cp "$work/gpu-bench-$size.json" "$OUT/"
+  tar -czf "$OUT/logs-$size.tgz" -C "$work" --exclude='*.json' .
 done
