@@ -15,7 +15,7 @@ LABELS = {
     "containerd_version": "containerd",
     "restored_pods": "Deployment pods restored (of 2)",
     "fallback_ok": "tampered artifact: cold start + reason",
-    "restore_s": "Deployment applied -> both answer (s)",
+    "restore_s": "Deployment applied -> first answer (s)",
 }
 
 
