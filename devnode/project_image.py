@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import tarfile
 from dataclasses import dataclass
@@ -44,6 +45,12 @@ class ImageSpec:
     workdir: str
     user: str
     files: dict[str, Path]  # path in the image -> file in this checkout
+
+
+def missing() -> str | None:
+    """Why the images cannot be built and pushed here, or None."""
+    absent = [t for t in ("mmdebstrap", "skopeo") if shutil.which(t) is None]
+    return f"{', '.join(absent)} not installed (make system)" if absent else None
 
 
 def spec(name: str) -> ImageSpec:

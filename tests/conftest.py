@@ -46,11 +46,12 @@ def pytest_configure(config):
     # CI installs every dependency; there a missing one is a broken setup, not a skip.
     if not os.environ.get("SNAPSHOT_STRICT_DEPS"):
         return
-    from devnode import apiserver, chart, cluster
+    from devnode import apiserver, chart, cluster, project_image
 
     for what, problem in (("CRIU", CRIU_PROBLEM), ("control-plane", apiserver.missing()),
                           ("chart", chart.missing()), ("cluster", cluster.missing()),
-                          ("containerd 2.x", _containerd2_problem())):  # fmt: skip
+                          ("containerd 2.x", _containerd2_problem()),
+                          ("image", project_image.missing())):  # fmt: skip
         if problem:
             raise pytest.UsageError(
                 f"SNAPSHOT_STRICT_DEPS is set but {what} tests cannot run: {problem}"

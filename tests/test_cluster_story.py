@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devnode import chart, cluster, oci_registry
+from devnode import chart, cluster, project_image
 from devnode.chart import HELM
 from devnode.cri import Crictl
 from devnode.probe import ask_line, parse
@@ -44,20 +44,15 @@ PORT = 8080
 REPLICAS = "app=cpu-demo,pod-template-hash"
 
 
-def _image_tools() -> str | None:
-    for tool in ("mmdebstrap", "skopeo"):
-        if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode:
-            return f"{tool} not installed (make system)"
-    return oci_registry.missing()
-
-
 pytestmark = [
     requires_containerd,
     pytest.mark.root,
     pytest.mark.slow,
     pytest.mark.skipif(cluster.missing() is not None, reason=cluster.missing() or ""),
     pytest.mark.skipif(CONTAINERD2_PROBLEM is not None, reason=CONTAINERD2_PROBLEM or ""),
-    pytest.mark.skipif(_image_tools() is not None, reason=_image_tools() or ""),
+    pytest.mark.skipif(project_image.missing() is not None, reason=project_image.missing() or ""),
+    # the first run on a machine builds the two images' base layers (Debian packages, wheels)
+    pytest.mark.timeout(900),
 ]
 figures: dict = {}
 
