@@ -6,15 +6,16 @@
 #   docker build -t <registry>/snapshot:0.1.0 .
 FROM debian:trixie-slim
 
-# CRIU >= 4.2 is only in unstable: pin it (and the libraries it needs) from there, the rest
-# from trixie, as scripts/setup-system.sh does on a node.
+# The Debian packages: image/debian-packages, the one list this build and the one without
+# Docker (tools/build-image.sh, mmdebstrap) both install. CRIU >= 4.2 is only in unstable:
+# pinned from there (the /sid entries), the rest from trixie, as scripts/setup-system.sh does.
+COPY image/debian-packages /tmp/debian-packages
 RUN printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: sid\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
       > /etc/apt/sources.list.d/sid.sources \
  && printf 'Package: *\nPin: release n=sid\nPin-Priority: 50\n' > /etc/apt/preferences.d/sid \
  && apt-get update -q \
- && apt-get install -y -q --no-install-recommends python3 python3-venv runc iptables iproute2 \
-      criu/sid libcompel1/sid libnet9/sid libnl-3-200/sid python3-pycriu/sid \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get install -y -q --no-install-recommends $(grep -v '^#' /tmp/debian-packages) \
+ && rm -rf /var/lib/apt/lists/* /tmp/debian-packages
 
 COPY pyproject.toml README.md /src/
 COPY restore_runtime /src/restore_runtime
