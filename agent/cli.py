@@ -35,7 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--runc-root", type=Path, default=Path("/run/containerd/runc/k8s.io"))
     a.add_argument("--handshake-timeout", type=float, default=300.0, metavar="S")
     a.add_argument("--sign-key", type=Path, help="Ed25519 private key (PEM) to sign with")
-    a.add_argument("--interval", type=float, default=2.0, help="seconds between passes")
+    a.add_argument("--resync", type=float, default=300.0,
+                   help="seconds between passes when nothing changes (passes run on watch "
+                        "events)")  # fmt: skip
     a.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
     a.add_argument("--metrics-port", type=int, default=9400, help="Prometheus /metrics; 0: off")
 
@@ -75,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from kubeclient import api as kube
+    from kubeclient.watch import run_on_changes
 
     from .run import Agent, AgentConfig
 
@@ -95,7 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if args.metrics_port:
                 agent.metrics.serve(args.metrics_port)
             log.info("agent for node %s, artifact store %s", cfg.node, cfg.store)
-            await kube.resync(agent.pass_once, args.interval)
+            await run_on_changes(agent.pass_once, agent.sources(), args.resync)
 
     asyncio.run(run())
     return 0

@@ -23,6 +23,7 @@ from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from kubeclient import api as kube
+from kubeclient.watch import Source
 from restore_runtime.artifact import signing
 from restore_runtime.artifact.pack import remove_stale_staging
 from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
@@ -87,6 +88,12 @@ class Agent:
         self.running: dict[str, asyncio.Task] = {}
         if stale := remove_stale_staging(cfg.store):
             log.warning("removed %d staging dir(s) of interrupted checkpoints", len(stale))
+
+    def sources(self) -> list[Source]:
+        """What wakes a pass: PodSnapshots, and the pods of this node only."""
+        return [self.snapshots.source(),
+                Source("pods on this node", self.core.list_pod_for_all_namespaces,
+                       kwargs={"field_selector": f"spec.nodeName={self.cfg.node}"})]  # fmt: skip
 
     async def pass_once(self) -> None:
         for snap in await self.snapshots.list():

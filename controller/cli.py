@@ -1,6 +1,6 @@
 """`snapshot-controller`: runs the PodSnapshot and SnapshotJob reconcilers.
 
-snapshot-controller [--kubeconfig FILE] [--interval 2] [--metrics-port 9401]"""
+snapshot-controller [--kubeconfig FILE] [--resync 60] [--metrics-port 9401]"""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sys
 from controller.loop import Controller
 from kubeclient import api as kube
 from kubeclient.leader import LeaderElector
+from kubeclient.watch import run_on_changes
 
 log = logging.getLogger("snapshot.controller")
 
@@ -25,8 +26,8 @@ async def _main(args: argparse.Namespace) -> None:
             controller.metrics.serve(args.metrics_port)
 
         async def work() -> None:
-            log.info("reconciling every %gs", args.interval)
-            await kube.resync(controller.reconcile_all, args.interval)
+            log.info("reconciling on changes (watches), and every %gs", args.resync)
+            await run_on_changes(controller.reconcile_all, controller.sources(), args.resync)
 
         if not args.leader_elect:
             await work()
@@ -46,7 +47,9 @@ async def _main(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="snapshot-controller", description=__doc__.splitlines()[0])
     p.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between passes")
+    p.add_argument("--resync", type=float, default=60.0,
+                   help="seconds between passes when nothing changes (passes run on watch "
+                        "events; the resync also enforces SnapshotJob deadlines)")  # fmt: skip
     p.add_argument(
         "--leader-elect",
         action="store_true",

@@ -13,7 +13,8 @@ from controller import jobs, snapshots
 from controller.metrics import ControllerMetrics
 from kubeclient import api as kube
 from kubeclient.api import ApiException
-from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, PodSnapshot, SnapshotJob
+from kubeclient.watch import Source
+from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, JOB_LABEL, PodSnapshot, SnapshotJob
 
 log = logging.getLogger("snapshot.controller")
 COMPONENT = "snapshot-controller"
@@ -27,6 +28,13 @@ class Controller:
         self.core = client.CoreV1Api(api)
         self.snapshots = kube.pod_snapshots(api)
         self.jobs = kube.snapshot_jobs(api)
+
+    def sources(self) -> list[Source]:
+        """What wakes a pass: the two collections, and the pods SnapshotJobs made (their
+        readiness moves a job on). A PodSnapshot of any other pod waits for the resync."""
+        return [self.jobs.source(), self.snapshots.source(),
+                Source("snapshotjob pods", self.core.list_pod_for_all_namespaces,
+                       kwargs={"label_selector": JOB_LABEL})]  # fmt: skip
 
     async def reconcile_all(self) -> None:
         with self.metrics.pass_seconds.time():

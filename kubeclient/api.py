@@ -8,12 +8,10 @@ The control plane's one importer of kubernetes-asyncio besides the agent's own K
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
-import signal
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
@@ -24,6 +22,8 @@ from pydantic import BaseModel, ValidationError
 
 from restore_runtime.contracts import crd
 
+from .watch import Source
+
 __all__ = [
     "ApiException",
     "CustomResources",
@@ -32,7 +32,6 @@ __all__ = [
     "isolated",
     "pod_snapshots",
     "read_pod",
-    "resync",
     "snapshot_jobs",
 ]  # fmt: skip
 log = logging.getLogger(__name__)
@@ -80,6 +79,11 @@ class CustomResources(Generic[M]):
                 return None
             raise
         return self._model.model_validate(obj)
+
+    def source(self) -> Source:
+        """This collection, to watch (kubeclient.watch)."""
+        return Source(self._plural, self._objs.list_cluster_custom_object,
+                      (crd.GROUP, crd.VERSION, self._plural))  # fmt: skip
 
     async def list(self) -> list[M]:
         """Every object in the cluster; one that does not parse is logged and skipped, so that
@@ -140,22 +144,6 @@ def count_requests(api: client.ApiClient, component: str, registry: CollectorReg
 
     api.request = request  # type: ignore[method-assign]
     return counter
-
-
-async def resync(pass_once: Callable[[], Awaitable[None]], interval: float) -> None:
-    """Runs pass_once every interval seconds until SIGTERM or SIGINT. Level-triggered: each
-    pass starts from what the API server holds, so a failed pass is repaired by the next."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    while not stop.is_set():
-        try:
-            await pass_once()
-        except (ApiException, OSError) as e:
-            log.warning("pass failed, retrying in %gs: %s", interval, e)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval)
 
 
 @contextlib.contextmanager

@@ -45,7 +45,7 @@ def test_the_standby_takes_over_from_a_killed_leader(control_plane, tmp_path):
                     [sys.executable, "-m", "controller.cli", "--kubeconfig",
                      str(control_plane.kubeconfig), "--leader-elect", "--lease-namespace", ns,
                      "--lease-duration", str(LEASE_S), "--metrics-port", "0",
-                     "--interval", "0.3"],
+                     "--resync", "5"],
                     stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "POD_NAME": who},
                 )  # fmt: skip
             leader = wait_for(lambda: holder(c, ns, lease), 20)
