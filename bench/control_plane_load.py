@@ -150,6 +150,16 @@ def main(argv: list[str] | None = None) -> int:
             c.post(f"/api/v1/namespaces/{ns}/pods", json={
                 "metadata": {"name": "src"}, "spec": {"nodeName": NODE, "containers": [
                     {"name": "main", "image": "registry.local/x:1"}]}})  # fmt: skip
+            # what the kubelet writes for a started pod (the controller hands over Ready ones)
+            c.patch(f"/api/v1/namespaces/{ns}/pods/src/status", json={"status": {
+                "phase": "Running", "podIP": "10.0.0.9",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{
+                    "name": "main", "ready": True, "restartCount": 0, "image": "x:1",
+                    "imageID": "x@sha256:" + "e" * 64, "containerID": "containerd://abc",
+                    "state": {"running": {"startedAt": CREATED}}}]}},
+                headers={"Content-Type": "application/strategic-merge-patch+json"},
+            ).raise_for_status()  # fmt: skip
         have = 0
         for n in counts:
             populate(cp, ns, n, have)
