@@ -47,6 +47,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("-socket", default="")
     p.add_argument("-debug", action="store_true")
     p.add_argument("-v", dest="version", action="store_true")
+    p.add_argument("-info", dest="info", action="store_true",
+                   help="print the runtime's info (features) as protobuf and exit")  # fmt: skip
     p.add_argument("action", nargs="?", default="serve")
     return p.parse_args(argv)
 
@@ -206,6 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.version:
         print(f"containerd-shim-snapshot-v2 {VERSION}\n  runtime: io.containerd.snapshot.v2")
+        return 0
+    if args.info:
+        from .info import runtime_info
+
+        sys.stdin.buffer.read()  # the runtime options: nothing in them changes the answer
+        sys.stdout.buffer.write(runtime_info(VERSION))
         return 0
     if args.action == "start":
         return cmd_start(args)
