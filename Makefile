@@ -68,7 +68,8 @@ bench-shim: setup
 bench-webhook: setup
 	$(PY) -m bench.webhook_load
 
-# CRI conformance (critest) under runc and under snapshot; ~16 min, so not part of make test.
+# CRI conformance (critest) under runc and under snapshot, on containerd 1.7 and 2.x; ~35 min,
+# so not part of make test.
 # Results: bench/results/conformance.json
 conformance: setup
 	$(PY) -m bench.conformance
