@@ -139,30 +139,35 @@ class Restore:
                 raise VerificationError(problems)
             self._late = self._pool.submit(check_digests, pages, None, self.progress.add_bytes)
             self.manifest = manifest
+        step = self.timer.step
         with self.phase("setup"):
             runner.require_version(req.criu_version)
-            # cuInit goes on meanwhile; the gates read the GPUs from /proc
-            host = host_info(None, req.image_digest, with_gpus=manifest.uses_cuda)
-            if manifest.uses_cuda and not host.gpus:  # no /proc inventory: ask CUDA
-                host = host_info(self._driver(), image_digest=req.image_digest)
-            if not req.skip_compat and (reasons := check(manifest.compat, host)):
-                raise IncompatibleError(reasons)
+            with step("compat"):  # cuInit goes on meanwhile; the gates read GPUs from /proc
+                host = host_info(None, req.image_digest, with_gpus=manifest.uses_cuda)
+                if manifest.uses_cuda and not host.gpus:  # no /proc inventory: ask CUDA
+                    host = host_info(self._driver(), image_digest=req.image_digest)
+                if not req.skip_compat and (reasons := check(manifest.compat, host)):
+                    raise IncompatibleError(reasons)
             self.host = host
-            _stage_images(self.artifact / CRIU_DIR, self.work)
-            if req.oci_spec is not None and (
-                why := creds.check(creds.load(self.images), req.oci_spec)
-            ):
-                raise SnapshotError("the images ask for more privilege than the container's spec "
-                                    "grants:\n  " + "\n  ".join(why))  # fmt: skip
+            with step("stage"):
+                _stage_images(self.artifact / CRIU_DIR, self.work)
+            if req.oci_spec is not None:
+                with step("creds"):
+                    why = creds.check(creds.load(self.images), req.oci_spec)
+                if why:
+                    raise SnapshotError("the images ask for more privilege than the container's "
+                                        "spec grants:\n  " + "\n  ".join(why))  # fmt: skip
             if req.rootfs is not None:
-                apply_rootfs_diff(self.artifact, req.rootfs)
+                with step("rootfs"):
+                    apply_rootfs_diff(self.artifact, req.rootfs)
             target_ns = netns_path(req.netns) if req.netns else "/proc/self/ns/net"
             if manifest.network.external_netns:
                 self.netns = target_ns
                 self.new_ips = global_addresses(target_ns)
             mapping = rebind_map(manifest.network.pod_ips, self.new_ips)
             if mapping:
-                n = images.rebind(self.artifact / CRIU_DIR, self.images, mapping)
+                with step("rebind"):
+                    n = images.rebind(self.artifact / CRIU_DIR, self.images, mapping)
                 log.info("rebound %d socket address(es): %s", n, mapping)
             elif req.netns and not manifest.network.external_netns:
                 raise SnapshotError(
