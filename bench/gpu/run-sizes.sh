@@ -6,6 +6,7 @@
 # soon as they are made, its logs as one archive (a device run returns only a few files).
 #
 #   bash bench/gpu/run-sizes.sh 0.35b 1.3b      # then 6.65b in a second call (10 min each)
+#   SHIM_ONLY=1 bash bench/gpu/run-sizes.sh 6.65b   # the shim path alone
 set -uo pipefail
 eval "$(bash bench/gpu/setup-device.sh | tail -1)"
 mkdir -p /opt/node
@@ -28,6 +29,8 @@ for size in "$@"; do
   timeout -s INT 280 python3 bench/gpu/shim_proof.py --out "$work" --port "$port" \
     "${model[@]}" --name "gpu-shim-proof-$size" 2>&1 | tee "$work/shim_proof.log" | tail -8
   cp "$work/gpu-shim-proof-$size.json" "$OUT/"
+  grep -h "step \|phase " "$work"/*shim*.log 2>/dev/null | tail -12
+  [[ -n "${SHIM_ONLY:-}" ]] && { tar -czf "$OUT/logs-$size.tgz" -C "$work" .; continue; }
   timeout -s INT 280 python3 bench/gpu/proof.py --out "$work" --port "$((port + 1))" \
     "${model[@]}" --kv-gb 16 --leave-running --name "gpu-bench-$size" 2>&1 \
     | tee "$work/proof.log" | tail -8
