@@ -30,8 +30,10 @@ def missing() -> str | None:
     return None if HELM.exists() else f"{HELM} not built (make tools)"
 
 
-def helm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(HELM), *args], capture_output=True, text=True)
+def helm(*args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess:
+    """helm, against ``kubeconfig``'s cluster when given."""
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)} if kubeconfig else None
+    return subprocess.run([str(HELM), *args], capture_output=True, text=True, env=env)
 
 
 def render(
@@ -58,7 +60,6 @@ RELEASE, NAMESPACE = "snapshot", "snapshot-system"
 class Installed:
     image: str  # the project image the chart runs
     demo_image: str  # the CPU demo's image, for examples/cpu_demo/k8s
-    values: Path
 
 
 def install(c: Cluster, work: Path) -> Installed:
@@ -71,11 +72,9 @@ def install(c: Cluster, work: Path) -> Installed:
     values = work / "values.yaml"
     values.write_text(yaml.safe_dump({**c.chart_values(),
                                       "image": {"repository": repo, "tag": tag}}))  # fmt: skip
-    env = {**os.environ, "KUBECONFIG": str(c.api.kubeconfig)}
-    p = subprocess.run([str(HELM), "install", RELEASE, str(CHART), "-n", NAMESPACE,
-                        "--create-namespace", "-f", str(values), "--wait", "--timeout", "5m"],
-                       capture_output=True, text=True, env=env)  # fmt: skip
+    p = helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace", "-f",
+             str(values), "--wait", "--timeout", "5m", kubeconfig=c.api.kubeconfig)  # fmt: skip
     if p.returncode != 0:
-        raise RenderError(f"helm install: {p.stderr.strip()}")
+        raise RuntimeError(f"helm install: {p.stderr.strip()}")
     c.kubectl("-n", NAMESPACE, "rollout", "status", "daemonset", "--timeout=180s")
-    return Installed(image, demo, values)
+    return Installed(image, demo)

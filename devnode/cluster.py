@@ -150,15 +150,17 @@ def _supervise(node: Containerd, stopping: threading.Event) -> None:
 
 
 @contextlib.contextmanager
-def cluster(work: Path, bin_dirs: list[str], bare: bool = False) -> Iterator[Cluster]:
-    """``bare``: containerd starts without the ``snapshot`` runtime, for the chart's
-    installer to register (and restart it); otherwise devnode registers it, and the shim is
-    found on ``bin_dirs``."""
+def cluster(work: Path) -> Iterator[Cluster]:
+    """containerd starts without the ``snapshot`` runtime: the chart's installer registers
+    it (and restarts containerd), with the shim in :attr:`Cluster.shim_bin_dir`."""
     work.mkdir(parents=True, exist_ok=True)
     base = Path(f"/tmp/snapshot-k8s-{uuid.uuid4().hex[:6]}")  # short: unix socket paths
-    node = Containerd(base, bridge="snapbr5", subnet=POD_SUBNET,
-                      bin_dirs=[str(base / "bin"), *bin_dirs], major=2,
-                      installer=(lambda _config: None) if bare else None)  # fmt: skip
+
+    def chart_installs(_config: Path) -> None:
+        """Nothing yet: the chart's init container edits the config (chart.install)."""
+
+    node = Containerd(base, bridge="snapbr5", subnet=POD_SUBNET, bin_dirs=[str(base / "bin")],
+                      major=2, installer=chart_installs)  # fmt: skip
     root = base / "kubelet"
     # a shared mount, as / is on a systemd host: the agent sees the containers' root
     # filesystems and the pods' volumes mounted after it started (HostToContainer)
@@ -246,13 +248,14 @@ def main() -> int:
     with (
         contextlib.suppress(KeyboardInterrupt),  # outermost: the teardown runs first
         tempfile.TemporaryDirectory(prefix="snapshot-cluster-") as tmp,
-        cluster(Path(tmp), [], bare=True) as c,
+        cluster(Path(tmp)) as c,
     ):
         installed = chart.install(c, Path(tmp))
         print(f"node {NODE} is Ready, Snapshot installed (release {chart.RELEASE} in "
               f"{chart.NAMESPACE}).\n"
               f"  export KUBECONFIG={c.api.kubeconfig}\n  kubectl: {TOOLS_BIN / 'kubectl'}\n"
-              f"  the CPU demo's image: {installed.demo_image}\n"
+              f"  images: {installed.image} (the chart's), {installed.demo_image} (the CPU "
+              "demo's)\n"
               "Ctrl-C stops everything it started.", flush=True)  # fmt: skip
         signal.pause()
     return 0

@@ -71,6 +71,15 @@ def control_plane(tmp_path_factory):
         yield cp
 
 
+@pytest.fixture
+def ns(control_plane):
+    """A fresh namespace in the control plane, for one test."""
+    name = f"ns-{uuid.uuid4().hex[:6]}"
+    with control_plane.client() as c:
+        assert c.post("/api/v1/namespaces", json={"metadata": {"name": name}}).status_code == 201
+    return name
+
+
 VENV_BIN = str(Path(__file__).resolve().parents[1] / ".venv" / "bin")
 
 

@@ -49,11 +49,17 @@ def test_bad_configs_are_refused(text, message):
         inst.with_runtime(text)
 
 
-def test_install_into_a_host_root(tmp_path):
+def host_with_config(tmp_path):
+    """A scratch host root holding a containerd config (version 2)."""
     host = tmp_path / "host"
     config = host / "etc/containerd/config.toml"
     config.parent.mkdir(parents=True)
     config.write_text(V2)
+    return host, config
+
+
+def test_install_into_a_host_root(tmp_path):
+    host, config = host_with_config(tmp_path)
     # the packages to copy: one .pth that points at this checkout (a real image copies its
     # whole site-packages; 600 MB is too much for a test)
     packages = tmp_path / "site"
@@ -98,10 +104,7 @@ def test_a_failed_containerd_restart_is_retried_by_the_next_run(tmp_path, monkey
     already registered, yet containerd has not loaded it: the second run must restart it."""
     from agent import cli
 
-    host = tmp_path / "host"
-    config = host / "etc/containerd/config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text(V2)
+    host, _ = host_with_config(tmp_path)
     packages = tmp_path / "site"
     packages.mkdir()
     monkeypatch.setattr(inst.sysconfig, "get_paths", lambda: {"purelib": str(packages)})

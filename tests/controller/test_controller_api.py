@@ -7,8 +7,6 @@ status through pods/status. Those are stand-ins for a kubelet, not for the code 
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from controller.loop import Controller
@@ -19,14 +17,6 @@ from tests.controller.objects import conditions
 pytestmark = pytest.mark.slow
 GROUP = "/apis/nvidia.com/v1alpha1"
 MAIN = [{"name": "main", "image": "img:1"}]
-
-
-@pytest.fixture
-def ns(control_plane):
-    name = f"ctl-{uuid.uuid4().hex[:6]}"
-    with control_plane.client() as c:
-        assert c.post("/api/v1/namespaces", json={"metadata": {"name": name}}).status_code == 201
-    return name
 
 
 @pytest.fixture

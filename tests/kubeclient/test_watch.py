@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 import pytest
 
@@ -29,14 +28,6 @@ async def _until(what: str, cond, timeout: float = 10.0) -> float:
             raise AssertionError(f"{what}: not within {timeout:g}s")
         await asyncio.sleep(0.02)
     return time.monotonic() - t0
-
-
-@pytest.fixture
-def ns(control_plane):
-    name = f"w-{uuid.uuid4().hex[:6]}"
-    with control_plane.client() as c:
-        assert c.post("/api/v1/namespaces", json={"metadata": {"name": name}}).status_code == 201
-    return name
 
 
 async def test_passes_follow_changes_not_a_clock(control_plane, ns, monkeypatch):
