@@ -44,7 +44,7 @@ cluster: setup
 # the README's Kubernetes walkthrough on that cluster, through helm and kubectl only (~5 min):
 # a table, then one JSON object as the last line
 cluster-smoke: setup
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_cluster_story.py
+	SNAPSHOT_WRITE_RESULTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_cluster_story.py
 	$(PY) -m devnode.smoke_report
 
 # cold start vs checkpoint vs restore on this machine (CPU, through containerd + the shim),

@@ -18,9 +18,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from restore_runtime.artifact.hashing import file_digest
 
 from .oci_registry import Registry
 
@@ -72,7 +75,8 @@ def spec(name: str) -> ImageSpec:
 def base_layer(name: str) -> Path:
     """The cached base layer (built on first use: about a minute)."""
     out = subprocess.run(["bash", str(REPO / "tools/build-image.sh"), name], check=True,
-                         stdout=subprocess.PIPE, text=True)  # fmt: skip
+                         stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "SNAPSHOT_PYTHON": sys.executable})  # fmt: skip
     return Path(out.stdout.strip().splitlines()[-1])
 
 
@@ -102,12 +106,9 @@ def _sha256_file(path: Path) -> str:
     memo = path.with_suffix(".sha256")
     if memo.exists() and memo.stat().st_mtime >= path.stat().st_mtime:
         return memo.read_text().strip()
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    memo.write_text(f"sha256:{h.hexdigest()}\n")
-    return f"sha256:{h.hexdigest()}"
+    digest = f"sha256:{file_digest(path)}"
+    memo.write_text(f"{digest}\n")
+    return digest
 
 
 def write_layout(name: str, layout: Path) -> str:
@@ -151,6 +152,11 @@ def write_layout(name: str, layout: Path) -> str:
                        "digest": manifest_digest, "size": manifest_size,
                        "annotations": {"org.opencontainers.image.ref.name": tag}}],
     }))  # fmt: skip
+    # the index names one image: older builds' blobs (an old base is 400 MB) go
+    keep = {d.split(":")[1] for d in (base_digest, code_digest, config_digest, manifest_digest)}
+    for blob in blobs.iterdir():
+        if blob.name not in keep:
+            blob.unlink()
     return tag
 
 

@@ -24,9 +24,9 @@ criu_ok() {
 
 # procps: pgrep, which the tests use to find (and the teardown check for) leftover processes
 # mmdebstrap, skopeo, docker-registry: the project image without Docker, pushed to a
-# loopback registry (devnode's cluster)
+# loopback registry (devnode's cluster); conntrack: kube-proxy's
 PKGS=(containerd runc iptables containernetworking-plugins busybox-static etcd-server
-      iproute2 procps python3-pycriu criu mmdebstrap skopeo docker-registry)
+      iproute2 procps python3-pycriu criu mmdebstrap skopeo docker-registry conntrack)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -73,7 +73,7 @@ fi
 log "installing: ${PKGS[*]}"
 apt-get install -y -q -o Dpkg::Options::=--force-confold -t trixie \
   containerd runc iptables containernetworking-plugins busybox-static etcd-server iproute2 \
-  procps mmdebstrap skopeo docker-registry "${SID[@]}" "${EXTRA[@]}"
+  procps mmdebstrap skopeo docker-registry conntrack "${SID[@]}" "${EXTRA[@]}"
 # The distro services are not used: tests and the demo run private instances.
 systemctl disable --now containerd etcd docker-registry >/dev/null 2>&1 || true
 criu_ok || { echo "criu >= 4.2 not installed: $(criu --version 2>&1 | head -1)" >&2; exit 1; }

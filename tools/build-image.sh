@@ -18,6 +18,8 @@ CACHE=${SNAPSHOT_IMAGE_CACHE:-/var/cache/snapshot-tools/images}
 SUITE=trixie
 PY=3.13   # trixie's python3
 MIRROR=http://deb.debian.org/debian
+# a Python with pip: Debian's python3 has none without python3-pip (make uses the venv's)
+host_python=${SNAPSHOT_PYTHON:-python3}
 
 case "$name" in
   snapshot)
@@ -38,18 +40,18 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # manylinux wheels for the image's Python: no compiler in the image, no network in the chroot
-dl=(python3 -m pip download -q -d "$work/wheels" --only-binary=:all: --python-version "$PY"
+dl=("$host_python" -m pip download -q -d "$work/wheels" --only-binary=:all: --python-version "$PY"
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
     --platform manylinux2014_x86_64 --platform any)
 if [[ $name == snapshot ]]; then
   # the project's wheel is built from a copy: building in place leaves build/ in the checkout
   git -C "$root" ls-files -z | (cd "$root" && tar --null -cf - -T -) | (mkdir "$work/src" && tar -xf - -C "$work/src")
-  python3 -m pip wheel -q --no-deps -w "$work/wheels" "$work/src" >&2
+  "$host_python" -m pip wheel -q --no-deps -w "$work/wheels" "$work/src" >&2
   whl=$(ls "$work"/wheels/*.whl)
   "${dl[@]}" "gpu-snapshot[control,gpu] @ file://$whl" >&2
   want='gpu-snapshot[control,gpu]'
 else
-  mapfile -t reqs < <(python3 -c 'import sys, tomllib
+  mapfile -t reqs < <("$host_python" -c 'import sys, tomllib
 print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["demo"]))' \
     "$root/pyproject.toml")
   "${dl[@]}" "${reqs[@]}" >&2
@@ -75,4 +77,6 @@ mmdebstrap --variant=essential --include="$packages" \
   "${hooks[@]}" "$SUITE" "$work/rootfs.tar" "deb $MIRROR $SUITE main" "deb $MIRROR sid main" >&2
 mv "$work/rootfs.tar" "$out.tmp"
 mv "$out.tmp" "$out"
+# the bases of earlier keys are dead weight (400 MB each)
+find "$CACHE" -maxdepth 1 -name "$name-base-*" ! -name "$(basename "$out" .tar).*" -delete
 echo "$out"
