@@ -94,6 +94,11 @@ class Containerd:
             store_root=self.store, verify_key_path=self.sign_key.with_name("public.pem")
         )
 
+    @property
+    def runc(self) -> str:
+        """The runc this containerd's shims run: the engine checkpoints with the same one."""
+        return shutil.which("runc", path=self.env()["PATH"]) or "runc"
+
     def env(self) -> dict[str, str]:
         path = ":".join([*self.bin_dirs, *self.prefix_bins,
                          os.environ.get("PATH", "/usr/bin:/bin")])  # fmt: skip
@@ -107,7 +112,7 @@ class Containerd:
         (self.store / namespace).mkdir(parents=True, exist_ok=True)
         return checkpoint(CheckpointRequest(
             output=self.store / namespace / name,
-            runc_container=RuncContainer(RUNC_ROOT, container_id),
+            runc_container=RuncContainer(RUNC_ROOT, container_id, self.runc),
             sign_key=signing.load_private_key(self.sign_key), namespace=namespace,
             pod_snapshot=name, **kw,
         ))  # fmt: skip

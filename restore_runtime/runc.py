@@ -78,6 +78,7 @@ class Runc:
     extra_env: dict[str, str] = field(default_factory=dict)
     runner: CommandRunner = field(default_factory=SubprocessRunner)
     _criu_version: str | None = field(default=None, init=False, repr=False)
+    _skips_in_flight: bool | None = field(default=None, init=False, repr=False)
 
     def _base(self, id_: str) -> list[str]:
         args = [self.binary, "--root", str(self.root)]
@@ -179,11 +180,24 @@ class Runc:
             self._criu_version = criu_runner.parse_version(out.decode(errors="replace"))
         return self._criu_version
 
+    async def skips_in_flight(self) -> bool:
+        """Whether this runc can leave connections in a listener's accept queue out of a
+        dump (``--tcp-skip-in-flight``, runc >= 1.2). Without it, a connection that arrives
+        while CRIU freezes the tree (a kubelet tcpSocket probe) fails the whole dump."""
+        if self._skips_in_flight is None:
+            _, out, err = await self.runner.run([self.binary, "checkpoint", "--help"])
+            self._skips_in_flight = b"--tcp-skip-in-flight" in out + err
+            if not self._skips_in_flight:
+                log.warning("%s has no --tcp-skip-in-flight (runc < 1.2): a connection "
+                            "arriving during a dump fails it", self.binary)  # fmt: skip
+        return self._skips_in_flight
+
     async def checkpoint(
         self, id_: str, image_path: Path, work_path: Path, leave_running: bool
     ) -> None:
+        in_flight = ["--tcp-skip-in-flight"] if await self.skips_in_flight() else []
         args = [*self._criu(), "checkpoint", "--image-path", str(image_path), "--work-path",
-                str(work_path), "--tcp-established", "--file-locks",
+                str(work_path), "--tcp-established", *in_flight, "--file-locks",
                 *(["--leave-running"] if leave_running else []), id_]  # fmt: skip
         try:
             await self.run(id_, args)

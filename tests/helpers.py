@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from restore_runtime import sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTER = ROOT / "tests" / "workloads" / "counter_server.py"
+BACKLOG_LISTENER = ROOT / "tests" / "workloads" / "backlog_listener.py"
 
 
 def ask(host: str, port: int, timeout: float = 10.0) -> dict[str, str]:
@@ -25,6 +27,18 @@ def ask(host: str, port: int, timeout: float = 10.0) -> dict[str, str]:
     except TimeoutError as e:
         raise AssertionError(str(e)) from None
     return parse(line)
+
+
+def connect(host: str, port: int, timeout: float = 30.0) -> socket.socket:
+    """A connection to a listener that may not be up yet (retried until ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return socket.create_connection((host, port), timeout=5)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def kill(pid: int) -> None:
@@ -41,14 +55,14 @@ def kill(pid: int) -> None:
 
 def start_counter(
     tmp: Path, host: str = "127.0.0.1", port: int | None = None, netns: str | None = None,
-    control_dir: Path | None = None,
+    control_dir: Path | None = None, script: Path = COUNTER,
 ) -> tuple[int, int]:  # fmt: skip
     port = port or free_port()
     env = (
         {"SNAPSHOT_CONTROL_DIR": str(control_dir)} if control_dir else {"SNAPSHOT_CONTROL_DIR": ""}
     )
     pid = sandbox.start(
-        [sys.executable, str(COUNTER), host, str(port)], tmp / f"counter-{port}.log",
+        [sys.executable, str(script), host, str(port)], tmp / f"counter-{port}.log",
         netns=netns, env=env,
     )  # fmt: skip
     return pid, port

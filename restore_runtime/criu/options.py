@@ -51,9 +51,11 @@ def dump_args(o: DumpOptions) -> list[str]:
     if o.leave_running:
         args.append("--leave-running")
     if o.tcp_established:
-        # In-flight connections are dumped so the dump never fails on them; the restore
-        # closes them (--tcp-close): clients reconnect to the new replica.
-        args.append("--tcp-established")
+        # Established connections are dumped so the dump never fails on them; the restore
+        # closes them (--tcp-close): clients reconnect to the new replica. Connections still
+        # in a listener's accept queue (a kubelet tcpSocket probe mid-handshake) would fail
+        # the dump outright: they are left out, and their clients see a reset.
+        args += ["--tcp-established", "--skip-in-flight"]
     if o.external_netns_inode is not None:
         args += ["--external", f"net[{o.external_netns_inode}]:{EXTERNAL_NETNS_KEY}"]
     return args + list(o.extra)

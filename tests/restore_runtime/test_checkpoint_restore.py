@@ -20,7 +20,7 @@ from restore_runtime.contracts.handshake import RESTORE_COMPLETE
 from restore_runtime.errors import CriuError, SnapshotError, VerificationError
 from restore_runtime.executor import CheckpointRequest, RestoreRequest, checkpoint, restore
 from tests.conftest import requires_criu
-from tests.helpers import ask, kill, snapshotctl, start_counter
+from tests.helpers import BACKLOG_LISTENER, ask, connect, kill, snapshotctl, start_counter
 
 pytestmark = [requires_criu, pytest.mark.root]
 
@@ -71,6 +71,21 @@ def test_state_and_listening_socket_survive(tmp_path, cleanup_pids):
     assert report["outcome"] == "restored"
     assert {"verify", "setup", "criu", "wake", "total"} <= set(report["timings"])
     assert report["manifestDigest"].startswith("sha256:")
+
+
+def test_connection_in_the_accept_queue_does_not_fail_the_dump(tmp_path, cleanup_pids):
+    """Regression: a connection the workload has not accepted yet (a kubelet tcpSocket probe
+    that arrives while CRIU freezes the tree) failed the whole dump ("In-flight connection");
+    it is left out of the dump, and the restored listener serves new connections."""
+    pid, port = start_counter(tmp_path, script=BACKLOG_LISTENER)
+    cleanup_pids.append(pid)
+    art = tmp_path / "art"
+    with connect("127.0.0.1", port):  # never accepted: in flight for CRIU
+        snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art), "--json")
+    rpid, report = _restore_cli(art, tmp_path)
+    cleanup_pids.append(rpid)
+    assert report["outcome"] == "restored"
+    connect("127.0.0.1", port, timeout=10).close()
 
 
 def test_restore_twice_from_one_artifact(tmp_path, cleanup_pids):

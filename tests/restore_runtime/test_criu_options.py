@@ -18,7 +18,7 @@ def test_dump_args_defaults():
     assert flag_value(a, "--tree") == "42"
     assert flag_value(a, "--images-dir") == "/i"
     assert flag_value(a, "--work-dir") == "/w"
-    assert "--tcp-established" in a and "--leave-running" not in a
+    assert "--tcp-established" in a and "--skip-in-flight" in a and "--leave-running" not in a
     assert flag_value(a, "--ext-mount-map") == "auto"
     assert "--external" not in a
 
