@@ -13,8 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from restore_runtime.artifact.oci import OciRef
 from restore_runtime.cli import dispatch
-from restore_runtime.contracts.node import DEFAULT_STORE_ROOT
+from restore_runtime.contracts.node import DEFAULT_STORE_ROOT, NodeConfig
 from restore_runtime.errors import SnapshotError
 
 #: run in the init container; the host's systemd is reached through PID 1's mount namespace
@@ -38,6 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--resync", type=float, default=300.0,
                    help="seconds between passes when nothing changes (passes run on watch "
                         "events)")  # fmt: skip
+    a.add_argument(
+        "--oci-repository",
+        type=OciRef.parse,
+        metavar="oci://REGISTRY/REPO",
+        help="push artifacts to this OCI repository (the store keeps a node cache)",
+    )
+    _oci_args(a)
     a.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
     a.add_argument("--metrics-port", type=int, default=9400, help="Prometheus /metrics; 0: off")
 
@@ -72,7 +80,34 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--restart-command", metavar="CMD",
                    help="shell command that restarts the host's containerd, run when its "
                         "config changed (until it succeeds once)")  # fmt: skip
+    _oci_args(n)
     return p
+
+
+def _oci_args(p: argparse.ArgumentParser) -> None:
+    """How the agent (push) and the shim (pull) reach OCI registries: the same settings."""
+    p.add_argument(
+        "--oci-plain-http",
+        default="",
+        metavar="HOST[:PORT],…",
+        help="registries reached over plain HTTP (test registries only)",
+    )
+    p.add_argument(
+        "--oci-auth-file",
+        type=Path,
+        metavar="CONFIG_JSON",
+        help="docker config.json with registry credentials (a pull secret's)",
+    )
+    p.add_argument("--oci-cache-max-gb", type=float, default=200.0,
+                   help="size of the node's cache of pulled artifacts")  # fmt: skip
+
+
+def _oci_node(args: argparse.Namespace) -> NodeConfig:
+    return NodeConfig(
+        oci_plain_http=tuple(h for h in args.oci_plain_http.split(",") if h),
+        oci_auth_file=args.oci_auth_file,
+        oci_cache_max_bytes=int(args.oci_cache_max_gb * 1024**3),
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -83,6 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if not args.node:
         raise SnapshotError("give --node or set NODE_NAME (the downward API's spec.nodeName)")
+    oci = _oci_node(args)
     cfg = AgentConfig(
         node=args.node,
         store=args.store,
@@ -90,6 +126,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         runc_root=args.runc_root,
         handshake_timeout_s=args.handshake_timeout,
         sign_key=args.sign_key,
+        oci_repository=args.oci_repository,
+        registry=oci.registry_access(),
+        oci_cache_max_bytes=oci.oci_cache_max_bytes,
     )
 
     async def run() -> None:
@@ -109,7 +148,7 @@ def cmd_install_node(args: argparse.Namespace) -> int:
 
     res = install(args.host_root, args.prefix, args.containerd_config, args.verify_key,
                   store_root=args.store, signing_required=args.signing_required,
-                  sign_key=args.sign_key, bin_dir=args.bin_dir)  # fmt: skip
+                  sign_key=args.sign_key, bin_dir=args.bin_dir, oci=_oci_node(args))  # fmt: skip
     print(f"shim: {res.shim}; containerd config {'updated' if res.config_changed else 'unchanged'}")
     # Until containerd has restarted, a marker beside its config says it must: a restart that
     # fails (the init container then fails and runs again) is retried though the config no

@@ -4,10 +4,12 @@ pod condition that reports a restore, and where things are on the node."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from kubeclient.podspec import CONTROL_VOLUME, container_status, is_running
+from restore_runtime.artifact import oci
 from restore_runtime.contracts.annotations import (
     ARTIFACT,
     RESTORED_CONDITION,
@@ -67,6 +69,23 @@ def to_delete(snap: PodSnapshot, node: str) -> bool:
 def artifact_dir(store: Path, snap: PodSnapshot) -> Path:
     # The uid keeps a re-created PodSnapshot of the same name from meeting the old artifact.
     return store / snap.metadata.namespace / f"{snap.metadata.name}-{snap.metadata.uid[:8]}"
+
+
+def oci_tag(snap: PodSnapshot) -> str:
+    """The tag a PodSnapshot's artifact is pushed under (readable; pulls go by digest)."""
+    m = snap.metadata
+    return f"{m.namespace}.{m.name}"[:119] + f"-{m.uid[:8]}"
+
+
+def oci_annotations(snap: PodSnapshot, manifest_digest: str) -> dict[str, str]:
+    """The OCI manifest's annotations: the artifact's digest, and the KEP-2008 checkpoint
+    image keys where they mean the same."""
+    return {oci.MANIFEST_DIGEST_KEY: manifest_digest,
+            oci.KEP2008_NAMESPACE: snap.metadata.namespace,
+            oci.KEP2008_POD: snap.spec.source.pod_ref.name,
+            oci.KEP2008_CONTAINER: snap.container or "",
+            "org.opencontainers.image.created":
+                datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
 
 
 def control_dir(kubelet_root: Path, pod_uid: str) -> Path:

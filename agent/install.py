@@ -22,6 +22,7 @@ The text edits are pure functions (tested); install() only copies and writes."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import sys
@@ -116,10 +117,12 @@ def install(
     signing_required: bool = True,
     sign_key: Path | None = None,
     bin_dir: Path = Path("/usr/local/bin"),
+    oci: NodeConfig | None = None,
 ) -> InstallResult:
     """packages: the site-packages to copy (default: this environment's). The public key
     comes from ``verify_key``, or is derived from the private ``sign_key``. ``bin_dir``: a
-    directory on containerd's PATH (where /usr is read-only, /opt/bin, say)."""
+    directory on containerd's PATH (where /usr is read-only, /opt/bin, say). ``oci``: its
+    OCI settings are the shim's (the credentials file is copied, readable by root only)."""
     host_prefix = host_root / prefix.relative_to("/")
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"
     base = Path(sys.base_prefix)
@@ -155,6 +158,16 @@ def install(
                     "(or signing is turned off with --no-signing-required)")  # fmt: skip
     node = NodeConfig(store_root=store_root, verify_key_path=key,
                       signing_required=signing_required)  # fmt: skip
+    if oci is not None:
+        auth = None
+        if oci.oci_auth_file is not None:
+            (staging / "keys").mkdir(exist_ok=True)
+            dest = staging / "keys" / "oci-auth.json"
+            dest.write_bytes(oci.oci_auth_file.read_bytes())
+            dest.chmod(0o600)
+            auth = prefix / "keys" / "oci-auth.json"
+        node = dataclasses.replace(node, oci_plain_http=oci.oci_plain_http, oci_auth_file=auth,
+                                   oci_cache_max_bytes=oci.oci_cache_max_bytes)  # fmt: skip
     # swap in the new tree whole: a shim starting meanwhile sees the old or the new one
     old = host_prefix.with_name(host_prefix.name + ".old")
     shutil.rmtree(old, ignore_errors=True)

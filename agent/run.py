@@ -14,7 +14,7 @@ import asyncio
 import logging
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,13 +24,15 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 
 from kubeclient import api as kube
 from kubeclient.watch import Source
-from restore_runtime.artifact import signing
+from restore_runtime.artifact import oci, signing
+from restore_runtime.artifact.cache import CACHE_DIR, DEFAULT_MAX_BYTES, ArtifactCache
+from restore_runtime.artifact.oci import OciRef, RegistryAccess
 from restore_runtime.artifact.pack import remove_stale_staging
 from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
 from restore_runtime.contracts.handshake import RESTORE_REPORT
 from restore_runtime.contracts.report import RestoreReport
 from restore_runtime.errors import SnapshotError
-from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
+from restore_runtime.executor.checkpoint import CheckpointRequest, CheckpointResult, checkpoint
 from restore_runtime.executor.runners import RuncContainer
 from restore_runtime.handshake import read_control_file
 from restore_runtime.timing import phases_text
@@ -49,6 +51,11 @@ class AgentConfig:
     runc_root: Path = Path("/run/containerd/runc/k8s.io")
     handshake_timeout_s: float = 300.0
     sign_key: Path | None = None  # Ed25519 private key (PEM): artifacts get a manifest.sig
+    #: push artifacts to this OCI repository (oci://REGISTRY/REPOSITORY) instead of keeping
+    #: them in the store; the store then holds this node's cache of them
+    oci_repository: OciRef | None = None
+    registry: RegistryAccess = field(default_factory=RegistryAccess)
+    oci_cache_max_bytes: int = DEFAULT_MAX_BYTES
 
 
 class AgentMetrics:
@@ -86,6 +93,7 @@ class Agent:
         #: checkpoints in flight, by PodSnapshot uid: each runs on its own, so one pod's slow
         #: handshake never holds up another pod's checkpoint or the restore reports
         self.running: dict[str, asyncio.Task] = {}
+        self.cache = ArtifactCache(cfg.store / CACHE_DIR, cfg.oci_cache_max_bytes, cfg.registry)
         if stale := remove_stale_staging(cfg.store):
             log.warning("removed %d staging dir(s) of interrupted checkpoints", len(stale))
 
@@ -162,16 +170,37 @@ class Agent:
             log.error("checkpoint of %s/%s failed: %s", ns, name, e)
             self.metrics.checkpoints.labels("failed").inc()
             return await self._fail(snap, str(e))
+        uri = f"file://{result.path}"
+        if self.cfg.oci_repository is not None:
+            try:
+                uri = await asyncio.to_thread(self.publish, snap, result)
+            except (SnapshotError, OSError) as e:
+                await asyncio.to_thread(shutil.rmtree, result.path, True)
+                self.metrics.checkpoints.labels("failed").inc()
+                return await self._fail(snap, f"pushing the artifact: {e}")
         seconds = time.monotonic() - t0
         self.metrics.checkpoints.labels("captured").inc()
         self.metrics.checkpoint_seconds.observe(seconds)
         self.metrics.artifact_bytes.inc(result.manifest.size_bytes)
-        status = d.captured(snap, result.manifest, f"file://{result.path}", result.digest, seconds)
+        status = d.captured(snap, result.manifest, uri, result.digest, seconds)
         await self.snapshots.patch_status(snap, status)
         msg = f"{result.manifest.size_bytes / 1e9:.2f} GB in {seconds:.1f}s: " + phases_text(
             result.manifest.timings
         )
         await self._event(snap.to_api(), "Normal", PodSnapshotReasons.CAPTURED, msg)
+
+    def publish(self, snap: PodSnapshot, result: CheckpointResult) -> str:
+        """Push the artifact to the OCI repository; this node keeps it as its cached copy
+        (a restore here starts warm). Returns the pinned oci:// URI."""
+        assert self.cfg.oci_repository is not None
+        ref = replace(self.cfg.oci_repository, tag=d.oci_tag(snap))
+        t0 = time.monotonic()
+        pushed = oci.push(result.path, ref, self.cfg.registry,
+                          d.oci_annotations(snap, result.digest))  # fmt: skip
+        log.info("pushed %s (%.2f GB) in %.1fs", pushed.uri, result.manifest.size_bytes / 1e9,
+                 time.monotonic() - t0)  # fmt: skip
+        self.cache.adopt(result.path, result.digest)
+        return pushed.uri
 
     async def _fail(self, snap: PodSnapshot, message: str) -> None:
         reason = PodSnapshotReasons.CHECKPOINT_FAILED
@@ -179,6 +208,9 @@ class Agent:
         await self._event(snap.to_api(), "Warning", reason, message)
 
     async def delete_artifact(self, snap: PodSnapshot) -> None:
+        art = snap.status.artifact
+        if art is not None and art.uri.startswith("oci://"):
+            await self._delete_pushed(snap, OciRef.parse(art.uri), art.manifest_digest)
         path = d.artifact_dir(self.cfg.store, snap)
         if path.exists():
             await asyncio.to_thread(shutil.rmtree, path)
@@ -187,6 +219,15 @@ class Agent:
         rest = [f for f in snap.metadata.finalizers if f != ARTIFACT_FINALIZER]
         if rest != snap.metadata.finalizers:
             await self.snapshots.set_finalizers(snap, rest)
+
+    async def _delete_pushed(self, snap: PodSnapshot, ref: OciRef, digest: str) -> None:
+        """The registry's copy, and this node's; other nodes' cached copies age out."""
+        try:
+            if not await asyncio.to_thread(oci.delete, ref, self.cfg.registry):
+                log.warning("registry %s does not allow deletes: %s stays", ref.registry, ref.uri)
+        except SnapshotError as e:  # never hold a deletion hostage to a registry outage
+            await self._event(snap.to_api(), "Warning", "ArtifactNotDeleted", str(e))
+        await asyncio.to_thread(self.cache.remove, digest)
 
     async def report_restores(self) -> None:
         pods = await self.core.list_pod_for_all_namespaces(

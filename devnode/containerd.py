@@ -90,9 +90,9 @@ class Containerd:
         return self.base / "signing" / "private.pem"
 
     def node_config(self) -> NodeConfig:
-        return NodeConfig(
-            store_root=self.store, verify_key_path=self.sign_key.with_name("public.pem")
-        )
+        # OCI artifacts come from loopback registries, over plain HTTP
+        return NodeConfig(store_root=self.store, verify_key_path=self.sign_key.with_name(
+            "public.pem"), oci_plain_http=("127.0.0.1",))  # fmt: skip
 
     @property
     def runc(self) -> str:

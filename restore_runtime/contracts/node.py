@@ -12,6 +12,9 @@ from pathlib import Path
 VERIFY_KEY_ENV = "SNAPSHOT_VERIFY_KEY"
 SIGNING_REQUIRED_ENV = "SNAPSHOT_SIGNING_REQUIRED"
 STORE_ROOT_ENV = "SNAPSHOT_STORE_ROOT"
+OCI_PLAIN_HTTP_ENV = "SNAPSHOT_OCI_PLAIN_HTTP"
+OCI_AUTH_FILE_ENV = "SNAPSHOT_OCI_AUTH_FILE"
+OCI_CACHE_MAX_BYTES_ENV = "SNAPSHOT_OCI_CACHE_MAX_BYTES"
 DEFAULT_STORE_ROOT = Path("/var/lib/snapshot/artifacts")
 
 
@@ -24,16 +27,25 @@ class NodeConfig:
     store_root: Path = DEFAULT_STORE_ROOT
     verify_key_path: Path | None = None
     signing_required: bool = True
+    #: OCI artifacts: registries reached over plain HTTP, a docker config.json with
+    #: credentials, and how much the node's cache of pulled artifacts may hold
+    oci_plain_http: tuple[str, ...] = ()
+    oci_auth_file: Path | None = None
+    oci_cache_max_bytes: int = 200 * 1024**3
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> NodeConfig:
         env = os.environ if env is None else env
         key = env.get(VERIFY_KEY_ENV)
         required = env.get(SIGNING_REQUIRED_ENV, "true").strip().lower()
+        auth = env.get(OCI_AUTH_FILE_ENV)
         return cls(
             store_root=Path(env.get(STORE_ROOT_ENV) or DEFAULT_STORE_ROOT),
             verify_key_path=Path(key) if key else None,
             signing_required=required not in ("false", "0", "no"),
+            oci_plain_http=tuple(h for h in env.get(OCI_PLAIN_HTTP_ENV, "").split(",") if h),
+            oci_auth_file=Path(auth) if auth else None,
+            oci_cache_max_bytes=int(env.get(OCI_CACHE_MAX_BYTES_ENV) or cls.oci_cache_max_bytes),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -42,7 +54,25 @@ class NodeConfig:
                SIGNING_REQUIRED_ENV: "true" if self.signing_required else "false"}  # fmt: skip
         if self.verify_key_path is not None:
             env[VERIFY_KEY_ENV] = str(self.verify_key_path)
+        if self.oci_plain_http:
+            env[OCI_PLAIN_HTTP_ENV] = ",".join(self.oci_plain_http)
+        if self.oci_auth_file is not None:
+            env[OCI_AUTH_FILE_ENV] = str(self.oci_auth_file)
+        env[OCI_CACHE_MAX_BYTES_ENV] = str(self.oci_cache_max_bytes)
         return env
+
+    def registry_access(self):
+        from restore_runtime.artifact.oci import RegistryAccess
+
+        return RegistryAccess(frozenset(self.oci_plain_http), self.oci_auth_file)
+
+    def artifact_cache(self):
+        """The node's cache of artifacts pulled from OCI registries (under the store)."""
+        from restore_runtime.artifact.cache import CACHE_DIR, ArtifactCache
+
+        return ArtifactCache(
+            self.store_root / CACHE_DIR, self.oci_cache_max_bytes, self.registry_access()
+        )
 
     def verify_key(self):
         """The Ed25519 public key restores require a signature from. A configured key that

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +48,8 @@ class RestoreTarget:
     """What a container's OCI spec says about its restore."""
 
     annotations: ann.RestoreAnnotations
-    artifact: Path
+    #: the artifact as admitted: a path in the node's store (file://), or oci://…
+    uri: str
     control_dir: Path | None
     netns: str | None
     #: the pod's namespace (from the CRI's OCI annotations): the artifact must be made there
@@ -83,14 +85,34 @@ class RestoreTarget:
         if restarted and parsed.policy is ann.RestorePolicy.FALLBACK:
             log.info("container %s restarted (count %s): a cold start", name, a[ann.RESTART_COUNT])
             return None
-        artifact = Path(parsed.artifact.removeprefix("file://"))
         namespace = a.get(ann.SANDBOX_NAMESPACE) or a.get(ann.POD_NAMESPACE) or ""
-        return cls(parsed, artifact, control_dir(spec), netns_path(spec), namespace, spec)
+        return cls(parsed, parsed.artifact or "", control_dir(spec), netns_path(spec),
+                   namespace, spec)  # fmt: skip
+
+    async def local_artifact(self, node: NodeConfig) -> tuple[Path, dict[str, float]]:
+        """The artifact's directory on this node: the store path itself, or the node cache's
+        copy of an OCI artifact, pulled first on a cache miss (timed as phase ``pull``)."""
+        if not self.uri.startswith("oci://"):
+            return Path(self.uri.removeprefix("file://")), {}
+        from restore_runtime.artifact.oci import OciRef
+
+        digest = self.annotations.manifest_digest
+        if digest is None:
+            raise RestoreFailed("pull", "no admitted manifest digest to pull the artifact by")
+        t0 = time.monotonic()
+        try:
+            path, pulled = await asyncio.to_thread(
+                node.artifact_cache().fetch, OciRef.parse(self.uri), digest
+            )
+        except (SnapshotError, ValueError, OSError) as e:
+            raise RestoreFailed("pull", f"pulling {self.uri}: {e}") from e
+        log.info("artifact %s: %s", self.uri, f"pulled into {path}" if pulled else "cached")
+        return path, ({"pull": round(time.monotonic() - t0, 3)} if pulled else {})
 
     def report(self, report: RestoreReport) -> None:
         from restore_runtime import handshake
 
-        log.info("restore report for %s: %s", self.artifact, report.to_json().decode())
+        log.info("restore report for %s: %s", self.uri, report.to_json().decode())
         if self.control_dir is not None:
             try:
                 handshake.write_report(self.control_dir, report)
@@ -98,7 +120,7 @@ class RestoreTarget:
                 log.error("cannot write the restore report to %s: %s", self.control_dir, e)
 
     def report_failure(self, e: RestoreFailed, outcome: ann.RestoreOutcome) -> None:
-        self.report(RestoreReport(outcome=outcome, artifact=str(self.artifact), reason=e.reason,
+        self.report(RestoreReport(outcome=outcome, artifact=self.uri, reason=e.reason,
                                   failedPhase=e.phase))  # fmt: skip
 
 
@@ -131,9 +153,10 @@ async def restore(p, t: RestoreTarget, node: NodeConfig) -> RestoreReport:
 
     if p.stdio.terminal:
         raise RestoreFailed("setup", "restoring a container with a terminal (tty) is not supported")
+    artifact, pull_timings = await t.local_artifact(node)
     try:
         req = RestoreRequest(
-            artifact=t.artifact, verify_key=node.verify_key(), control_dir=t.control_dir,
+            artifact=artifact, verify_key=node.verify_key(), control_dir=t.control_dir,
             netns=t.netns, skip_compat=t.annotations.skip_compat, rootfs=p.bundle / "rootfs",
             criu_version=await p.runc.criu_version(), log_dir=p.workdir,
             store_root=node.store_root, namespace=t.namespace,
@@ -164,4 +187,4 @@ async def restore(p, t: RestoreTarget, node: NodeConfig) -> RestoreReport:
     await asyncio.to_thread(r.close)
     p.io.after_start()
     p.pid = report.pid or 0
-    return report
+    return report.model_copy(update={"timings": {**pull_timings, **report.timings}})

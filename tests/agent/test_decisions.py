@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from agent import decisions as d
+from restore_runtime.artifact import oci
+from restore_runtime.artifact.oci import OciRef
 from restore_runtime.contracts.annotations import ARTIFACT, RESTORED_CONDITION, RestoreOutcome
 from restore_runtime.contracts.crd import PodSnapshotReasons as R
 from restore_runtime.contracts.manifest import Compat, FileEntry, Manifest, Source
@@ -46,6 +48,18 @@ def test_paths():
     assert d.control_dir(Path("/var/lib/kubelet"), "u-1") == Path(
         "/var/lib/kubelet/pods/u-1/volumes/kubernetes.io~empty-dir/snapshot-control"
     )
+
+
+def test_oci_tag_and_annotations():
+    snap = snapshot()
+    tag = d.oci_tag(snap)
+    assert tag == "ns.snap-01234567" and OciRef.parse(f"oci://r/x:{tag}").tag == tag
+    long = snapshot()
+    long.metadata.name = "n" * 253
+    assert len(d.oci_tag(long)) <= 128 and OciRef.parse(f"oci://r/x:{d.oci_tag(long)}")
+    a = d.oci_annotations(snap, "sha256:" + "a" * 64)
+    assert a[oci.MANIFEST_DIGEST_KEY] == "sha256:" + "a" * 64
+    assert a[oci.KEP2008_NAMESPACE] == "ns" and a[oci.KEP2008_CONTAINER] == snap.container
 
 
 def test_container_id_and_image_digest():

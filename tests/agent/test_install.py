@@ -5,14 +5,17 @@ the shim."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
 from agent import install as inst
 from restore_runtime.artifact import signing
+from restore_runtime.contracts.node import NodeConfig
 from restore_runtime.errors import SnapshotError
 
 V2 = """version = 2
@@ -93,6 +96,17 @@ def test_install_into_a_host_root(tmp_path):
     out = subprocess.run([*cmd, "-v"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "snapshot-shim" in out.stdout
+
+    auth = tmp_path / "config.json"
+    auth.write_text('{"auths": {"registry.internal": {"auth": "dTpw"}}}')
+    oci = NodeConfig(oci_plain_http=("registry.internal",), oci_auth_file=auth,
+                     oci_cache_max_bytes=10**9)  # fmt: skip
+    res = inst.install(host, packages=packages, sign_key=private, oci=oci)
+    node = NodeConfig.from_env(dict(re.findall(r'export (\w+)="([^"]*)"', res.shim.read_text())))
+    assert node.oci_plain_http == ("registry.internal",) and node.oci_cache_max_bytes == 10**9
+    assert node.oci_auth_file == Path("/opt/snapshot/keys/oci-auth.json")
+    copied = host / "opt/snapshot/keys/oci-auth.json"
+    assert copied.read_bytes() == auth.read_bytes() and copied.stat().st_mode & 0o077 == 0
 
     again = inst.install(host, packages=packages, signing_required=False)
     assert not again.config_changed and "SNAPSHOT_VERIFY_KEY" not in again.shim.read_text()

@@ -177,6 +177,7 @@ def test_existing_tls_secret_instead_of_the_generated_one():
     [
         ({"webhook.tls.secretName": "mine"}, "needs caBundle"),
         ({"webhook.lookupTimeoutSeconds": "10"}, "lookupTimeoutSeconds must be below"),
+        ({"storage.type": "oci"}, "storage.oci.repository is required"),
     ],
 )
 def test_bad_values_fail_with_a_message(values, message):
@@ -219,3 +220,26 @@ def test_signing_and_node_installation():
     restart = "--restart-command=nsenter --target 1 --mount -- systemctl restart containerd"
     assert restart in init["args"]
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+
+
+OCI = {"storage.type": "oci", "storage.oci.repository": "oci://registry.internal:5000/snaps",
+       "storage.oci.pullSecret": "regcred",
+       "storage.oci.plainHTTP[0]": "registry.internal:5000"}  # fmt: skip
+
+
+def test_oci_storage_reaches_the_agent_and_the_shim():
+    """The agent pushes with the settings the shim pulls with (install-node writes them into
+    the shim's wrapper); the pull secret is mounted read-only, root-only."""
+    (agent,) = by_kind(chart.render(set_values=OCI))["DaemonSet"]
+    spec = agent["spec"]["template"]["spec"]
+    shared = ["--oci-plain-http=registry.internal:5000", "--oci-cache-max-gb=200",
+              "--oci-auth-file=/oci-auth/.dockerconfigjson"]  # fmt: skip
+    (init,), (main,) = spec["initContainers"], spec["containers"]
+    assert all(a in init["args"] and a in main["args"] for a in shared)
+    assert "--oci-repository=oci://registry.internal:5000/snaps" in main["args"]
+    assert {"name": "oci-auth", "secret": {"secretName": "regcred", "defaultMode": 0o400}} in spec[
+        "volumes"]  # fmt: skip
+    import kubernetes_validate
+
+    for o in chart.render(set_values=OCI):
+        kubernetes_validate.validate(o, kubernetes_validate.latest_version(), strict=True)

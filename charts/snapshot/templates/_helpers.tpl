@@ -48,3 +48,12 @@ certManager (yours, CA injected by cert-manager) */ -}}
 {{- .Values.signing.secretName | default (printf "%s-signing" (include "snapshot.fullname" .)) -}}
 {{- end -}}
 
+
+{{/* The OCI settings the agent (push) and the shim it installs (pull) share. */}}
+{{- define "snapshot.ociArgs" -}}
+- --oci-plain-http={{ join "," .Values.storage.oci.plainHTTP }}
+- --oci-cache-max-gb={{ .Values.storage.oci.cacheMaxGB }}
+{{- if .Values.storage.oci.pullSecret }}
+- --oci-auth-file=/oci-auth/.dockerconfigjson
+{{- end }}
+{{- end -}}

@@ -1,0 +1,175 @@
+"""Artifacts through a real OCI registry (Debian's docker-registry on loopback) and the node's
+content-addressed cache.
+
+Cases: a pushed artifact pulls into an empty cache byte for byte, in parts, and restores
+with the source's state; a second fetch is a cache hit; a tampered blob or manifest in the
+registry is refused and leaves nothing in the cache; an OCI ref holding another artifact than
+the admitted digest is refused; hostile layer titles never write outside the pull's
+directory; the cache evicts least recently used entries but never one in use."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from devnode import oci_registry
+from restore_runtime.artifact import oci
+from restore_runtime.artifact.cache import IN_USE_S, ArtifactCache
+from restore_runtime.artifact.oci import OciError, OciRef, RegistryAccess
+from restore_runtime.artifact.verify import manifest_digest
+from tests.conftest import requires_criu
+from tests.helpers import ask, kill, snapshotctl, start_counter
+
+pytestmark = [
+    requires_criu,
+    pytest.mark.root,
+    pytest.mark.skipif(oci_registry.missing() is not None, reason=oci_registry.missing() or ""),
+]
+ACCESS = RegistryAccess(plain_http=frozenset({"127.0.0.1"}))
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    """The registry's address, and its storage directory (for tampering with it)."""
+    work = tmp_path_factory.mktemp("registry")
+    with oci_registry.docker_registry(work) as reg:
+        yield SimpleNamespace(address=reg.address, data=work / "data")
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory, registry) -> tuple[Path, int, dict]:
+    """A real checkpoint of the counter after three requests: (artifact, port, last reply)."""
+    tmp = tmp_path_factory.mktemp("src")
+    pid, port = start_counter(tmp)
+    try:
+        for _ in range(3):
+            last = ask("127.0.0.1", port)
+        art = tmp / "art"
+        snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art))
+    finally:
+        kill(pid)
+    return art, port, last
+
+
+def pushed(registry, art: Path, tag: str) -> OciRef:
+    ref = OciRef.parse(f"oci://{registry.address}/snapshots/test:{tag}")
+    return oci.push(art, ref, ACCESS, {oci.MANIFEST_DIGEST_KEY: manifest_digest(art)})
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
+
+
+def blob_file(registry_dir: Path, digest: str) -> Path:
+    hexd = digest.removeprefix("sha256:")
+    return next(registry_dir.rglob(f"blobs/sha256/{hexd[:2]}/{hexd}/data"))
+
+
+def test_pull_into_an_empty_cache_restores_the_source_state(
+    registry, artifact, tmp_path, monkeypatch, cleanup_pids
+):
+    art, port, before = artifact
+    monkeypatch.setattr(oci, "PART_SIZE", 1024 * 1024)  # many parts, pulled at once
+    ref = pushed(registry, art, "state")
+    assert ref.digest and ref.uri.endswith(f"@{ref.digest}")
+    cache = ArtifactCache(tmp_path / "cache", access=ACCESS)
+    entry, pulled = cache.fetch(ref, manifest_digest(art))
+    assert pulled and tree(entry) == tree(art)
+    assert cache.fetch(ref, manifest_digest(art)) == (entry, False)  # warm: no registry trip
+
+    pidfile = tmp_path / "restored.pid"
+    out = snapshotctl("restore", str(entry), "--pidfile", str(pidfile), "--json")
+    cleanup_pids.append(int(pidfile.read_text()))
+    assert json.loads(out.stdout)["outcome"] == "restored"
+    after = ask("127.0.0.1", port)
+    assert after["count"] == "4" and after["digest"] == before["digest"]
+
+
+@pytest.mark.parametrize("what", ["part", "manifest"])
+def test_tampered_registry_content_is_refused(registry, artifact, tmp_path, what):
+    """Regression for the OCI store's trust: whoever can write the registry's storage must
+    not get bytes into a node's cache."""
+    art, _, _ = artifact
+    ref = pushed(registry, art, f"tamper-{what}")
+    c = oci._Client(ref, ACCESS)
+    manifest = json.loads(c.request("GET", f"/manifests/{ref.digest}", ok=(200,),
+                                    headers={"Accept": oci.MANIFEST_TYPE}).content)  # fmt: skip
+    digest = ref.digest if what == "manifest" else max(
+        manifest["layers"], key=lambda layer: layer["size"])["digest"]  # fmt: skip
+    data = blob_file(registry.data, digest)
+    original = data.read_bytes()
+    try:
+        data.write_bytes(original[:100] + bytes([original[100] ^ 1]) + original[101:])
+        cache = ArtifactCache(tmp_path / "cache", access=ACCESS)
+        with pytest.raises(OciError, match="does not match"):
+            cache.fetch(ref, manifest_digest(art))
+        assert not any((tmp_path / "cache").iterdir()), "nothing half-pulled stays behind"
+    finally:
+        data.write_bytes(original)
+
+
+def test_another_artifact_under_the_admitted_digest_is_refused(registry, artifact, tmp_path):
+    art, _, _ = artifact
+    ref = pushed(registry, art, "other")
+    cache = ArtifactCache(tmp_path / "cache", access=ACCESS)
+    with pytest.raises(OciError, match="not sha256:" + "0" * 64):
+        cache.fetch(ref, "sha256:" + "0" * 64)
+    assert not (tmp_path / "cache" / ("0" * 64)).exists()
+
+
+@pytest.mark.parametrize("title", ["../escape", "/etc/escape", "a/../../escape", "a//b", "."])
+def test_hostile_layer_titles_are_refused(registry, tmp_path, title):
+    ref = OciRef.parse(f"oci://{registry.address}/snapshots/hostile:t")
+    c = oci._Client(ref, ACCESS)
+    data = b"x" * 10
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    oci._upload(c, data, digest)
+    oci._upload(c, b"{}", oci.EMPTY_CONFIG["digest"])
+    body = json.dumps({"schemaVersion": 2, "mediaType": oci.MANIFEST_TYPE,
+                       "artifactType": oci.ARTIFACT_TYPE, "config": oci.EMPTY_CONFIG,
+                       "layers": [{"mediaType": oci.LAYER_TYPE, "digest": digest, "size": 10,
+                                   "annotations": {oci.TITLE_KEY: title, oci.OFFSET_KEY: "0"}}],
+                       }).encode()  # fmt: skip
+    c.request("PUT", "/manifests/t", ok=(201,), data=body,
+              headers={"Content-Type": oci.MANIFEST_TYPE})  # fmt: skip
+    pinned = replace(ref, digest="sha256:" + hashlib.sha256(body).hexdigest())
+    dest = tmp_path / "a" / "dest"
+    dest.mkdir(parents=True)
+    with pytest.raises(OciError, match="not a path inside the artifact"):
+        oci.pull(pinned, dest, ACCESS, max_bytes=1 << 30)
+    assert not any(tmp_path.rglob("escape")) and not any(dest.iterdir())
+
+
+def test_cache_evicts_least_recently_used_but_not_in_use(registry, artifact, tmp_path):
+    art, _, _ = artifact
+    size = sum(p.stat().st_size for p in art.rglob("*") if p.is_file())
+    ref = pushed(registry, art, "evict")
+    cache = ArtifactCache(tmp_path / "cache", max_bytes=int(size * 1.5), access=ACCESS)
+    old = cache.entry("sha256:" + "1" * 64)
+    old.mkdir(parents=True)
+    (old / "pages.img").write_bytes(b"\0" * size)
+    with pytest.raises(OciError, match="cannot make room"):
+        cache.fetch(ref, manifest_digest(art))  # the other entry was used just now
+    assert old.is_dir() and len(cache.entries()) == 1
+    stale = time.time() - IN_USE_S - 1
+    os.utime(old, (stale, stale))
+    entry, pulled = cache.fetch(ref, manifest_digest(art))
+    assert pulled and not old.exists() and cache.entries() == [entry]
+
+
+def test_refs_parse_and_refuse():
+    r = OciRef.parse("oci://127.0.0.1:5000/snapshots/team-a:ns.name-1234@sha256:" + "a" * 64)
+    assert (r.registry, r.repository) == ("127.0.0.1:5000", "snapshots/team-a")
+    assert r.tag == "ns.name-1234"
+    assert OciRef.parse(r.uri) == r
+    for bad in ("oci://reg/Upper", "https://reg/x", "oci://reg/x@sha256:short", "oci://reg/../x"):
+        with pytest.raises(ValueError):
+            OciRef.parse(bad)

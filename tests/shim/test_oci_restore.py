@@ -1,0 +1,54 @@
+"""A restore from an OCI registry through containerd's CRI plugin and our shim, on a node
+whose cache is empty: pod A is checkpointed and its artifact pushed to Debian's
+docker-registry on loopback, the node's copy removed; pod B, admitted with the oci:// URI,
+comes up restored with A's state, the shim having pulled the artifact into the node's
+content-addressed cache (phase ``pull`` in the report). A second pod is a cache hit."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from devnode import oci_registry
+from devnode.containerd import admitted
+from restore_runtime.artifact import oci
+from restore_runtime.artifact.cache import CACHE_DIR
+from restore_runtime.contracts.annotations import ARTIFACT
+from restore_runtime.contracts.handshake import RESTORE_REPORT
+from tests.helpers import ask
+from tests.shim.test_cri_restore import PORT, checkpoint_pod_a, start_pod
+from tests.shim.test_cri_restore import pytestmark as cri_marks
+
+pytestmark = [
+    *cri_marks,
+    pytest.mark.skipif(oci_registry.missing() is not None, reason=oci_registry.missing() or ""),
+]
+
+
+def test_restore_from_a_registry_into_an_empty_cache(cri, containerd, tmp_path):
+    c, _ = cri
+    art, _, before = checkpoint_pod_a(cri, containerd)
+    with oci_registry.docker_registry(tmp_path / "registry") as reg:
+        ref = oci.OciRef.parse(f"oci://{reg.address}/snapshots/cri:{art.path.name}")
+        access = oci.RegistryAccess(plain_http=frozenset({"127.0.0.1"}))
+        pushed = oci.push(art.path, ref, access, {oci.MANIFEST_DIGEST_KEY: art.digest})
+        shutil.rmtree(art.path)  # the node holds no copy: the cache is empty
+        cache = containerd.store / CACHE_DIR
+        assert not cache.exists() or not any(cache.iterdir())
+        annotations = {**admitted(art), ARTIFACT: pushed.uri}
+        reports = []
+        for name in ("dst", "dst-warm"):
+            ctl = tmp_path / f"ctl-{name}"
+            ctl.mkdir()
+            pod, _, r = start_pod(cri, name, annotations=annotations, control=ctl)
+            assert r.returncode == 0, r.stderr
+            after = ask(c.pod_ip(pod), PORT, timeout=30)
+            assert after["count"] == "4", "B continues A's in-memory state"
+            assert after["digest"] == before["digest"]
+            reports.append(json.loads((ctl / RESTORE_REPORT).read_text()))
+    assert [r["outcome"] for r in reports] == ["restored", "restored"]
+    assert "pull" in reports[0]["timings"], "the first restore pulled"
+    assert "pull" not in reports[1]["timings"], "the second found it in the cache"
+    assert (cache / art.digest.removeprefix("sha256:") / "manifest.json").is_file()
