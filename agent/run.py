@@ -49,6 +49,7 @@ class AgentConfig:
     store: Path  # the artifact store, at the same path on every node (hostPath or shared mount)
     kubelet_root: Path = Path("/var/lib/kubelet")
     runc_root: Path = Path("/run/containerd/runc/k8s.io")
+    runc: str = "runc"  # the node's runc (the one its containerd runs), or one as new
     handshake_timeout_s: float = 300.0
     sign_key: Path | None = None  # Ed25519 private key (PEM): artifacts get a manifest.sig
     #: push artifacts to this OCI repository (oci://REGISTRY/REPOSITORY) instead of keeping
@@ -152,7 +153,7 @@ class Agent:
         out = d.artifact_dir(self.cfg.store, snap)
         req = CheckpointRequest(
             output=out,
-            runc_container=RuncContainer(self.cfg.runc_root, cid),
+            runc_container=RuncContainer(self.cfg.runc_root, cid, self.cfg.runc),
             leave_running=snap.spec.keep_source_running,
             control_dir=control if control.is_dir() else None,
             handshake_timeout_s=self.cfg.handshake_timeout_s,

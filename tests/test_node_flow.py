@@ -19,10 +19,12 @@ import yaml
 from agent import decisions
 from agent.run import Agent, AgentConfig
 from controller.loop import Controller
-from devnode import workloads
+from devnode import oci_registry, workloads
 from devnode.cri import TOOLS_BIN, Crictl
 from devnode.webhook import webhook_process
 from kubeclient import api as kube
+from restore_runtime.artifact import oci
+from restore_runtime.artifact.oci import OciError, OciRef, RegistryAccess
 from restore_runtime.contracts import annotations as ann
 from restore_runtime.contracts.handshake import DEFAULT_CONTROL_DIR
 from tests.conftest import requires_containerd
@@ -112,18 +114,43 @@ def kubelet(control_plane, containerd, tmp_path):
             k.crictl.remove_pod(sandbox)
 
 
-def node_agent(client, containerd, kubelet) -> Agent:
+def node_agent(client, containerd, kubelet, **settings) -> Agent:
     """The node's agent: its store and signing key are the node's (the shim checks both)."""
     return Agent(client, AgentConfig(node=NODE, store=containerd.store, kubelet_root=kubelet.root,
-                                     sign_key=containerd.sign_key))  # fmt: skip
+                                     sign_key=containerd.sign_key, runc=containerd.runc,
+                                     **settings))  # fmt: skip
+
+
+@pytest.fixture(params=["volume", "oci"])
+def storage(request, tmp_path):
+    """The agent's settings for an artifact store: the node's volume, or a loopback OCI
+    registry (then also the registry, to look into)."""
+    if request.param == "volume":
+        yield "", {}, None
+        return
+    if missing := oci_registry.missing():
+        pytest.skip(missing)
+    with oci_registry.docker_registry(tmp_path / "registry") as reg:
+        yield (
+            "-oci",
+            {
+                "oci_repository": OciRef.parse(f"oci://{reg.address}/snapshots/flow"),
+                "registry": RegistryAccess(plain_http=frozenset({"127.0.0.1"})),
+            },
+            reg,
+        )
 
 
 async def test_snapshot_checkpoint_restore_report_delete(
-    control_plane, containerd, kubelet, tmp_path
+    control_plane, containerd, kubelet, tmp_path, storage
 ):
+    """With the OCI store, the replica restores on a node whose cache is empty (the source
+    node's cached copy is dropped first), and deleting the PodSnapshot deletes the
+    registry's copy."""
     api, snap_url = kubelet.api, snaps(kubelet.ns)
+    sfx, settings, reg = storage
     src = api.post(f"/api/v1/namespaces/{kubelet.ns}/pods", json={
-        "metadata": {"name": "src"},
+        "metadata": {"name": f"src{sfx}"},
         "spec": {"containers": [{"name": "main", "image": IMAGE}]}}).json()  # fmt: skip
     sandbox_a, _ = kubelet.start(src)
     ip_a = kubelet.crictl.pod_ip(sandbox_a)
@@ -132,25 +159,30 @@ async def test_snapshot_checkpoint_restore_report_delete(
     assert before["count"] == "4"  # the readiness probe's request, then ours
 
     r = api.post(snap_url, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
-                              "metadata": {"name": "warm"},
-                              "spec": {"source": {"podRef": {"name": "src"},
+                              "metadata": {"name": f"warm{sfx}"},
+                              "spec": {"source": {"podRef": {"name": f"src{sfx}"},
                                                   "containers": ["main"]}}})  # fmt: skip
     assert r.status_code == 201, r.text
 
     store = containerd.store
     async with await kube.api_client(str(control_plane.kubeconfig)) as client:
         controller = Controller(client)
-        agent = node_agent(client, containerd, kubelet)
+        agent = node_agent(client, containerd, kubelet, **settings)
         await controller.reconcile_all()
         await controller.reconcile_all()
-        pending = conditions(api.get(f"{snap_url}/warm").json())["Ready"]
+        pending = conditions(api.get(f"{snap_url}/warm{sfx}").json())["Ready"]
         assert pending == ("False", "CheckpointPending")
         await agent.pass_once()
         await agent.drain()
-        snap = api.get(f"{snap_url}/warm").json()
+        snap = api.get(f"{snap_url}/warm{sfx}").json()
         assert conditions(snap)["Ready"] == ("True", "Captured"), snap["status"]
         artifact = snap["status"]["artifact"]
-        assert artifact["uri"].startswith(f"file://{store}/{kubelet.ns}/warm-")
+        if reg is None:
+            assert artifact["uri"].startswith(f"file://{store}/{kubelet.ns}/warm-")
+        else:
+            assert artifact["uri"].startswith(f"oci://{reg.address}/snapshots/flow:")
+            assert OciRef.parse(artifact["uri"]).digest
+            agent.cache.remove(artifact["manifestDigest"])  # as on another node
         assert artifact["manifestDigest"].startswith("sha256:") and artifact["sizeBytes"] > 0
         assert snap["status"]["source"]["nodeName"] == NODE
         assert snap["status"]["source"]["criuVersion"]
@@ -162,7 +194,8 @@ async def test_snapshot_checkpoint_restore_report_delete(
             chart_webhook_registered(control_plane, w, "snapshot-flow"),
         ):
             r = api.post(f"/api/v1/namespaces/{kubelet.ns}/pods", json={
-                "metadata": {"name": "replica", "annotations": {ann.RESTORE_FROM: "warm"}},
+                "metadata": {"name": f"replica{sfx}",
+                             "annotations": {ann.RESTORE_FROM: f"warm{sfx}"}},
                 "spec": {"containers": [{"name": "main", "image": IMAGE}]}})  # fmt: skip
         assert r.status_code == 201, r.text
         replica = r.json()
@@ -180,26 +213,33 @@ async def test_snapshot_checkpoint_restore_report_delete(
 
         # ... and the agent reports how the restore went.
         await agent.pass_once()
-        stored = api.get(f"/api/v1/namespaces/{kubelet.ns}/pods/replica").json()
+        stored = api.get(f"/api/v1/namespaces/{kubelet.ns}/pods/replica{sfx}").json()
         restored = next(c for c in stored["status"]["conditions"]
                         if c["type"] == ann.RESTORED_CONDITION)  # fmt: skip
         assert (restored["status"], restored["reason"]) == ("True", "RestoreSucceeded")
         assert "criu" in restored["message"]
+        assert ("pull" in restored["message"]) is (reg is not None)
         sample = agent.metrics.registry.get_sample_value
         assert sample("snapshot_agent_checkpoints_total", {"result": "captured"}) == 1
         assert sample("snapshot_agent_restores_reported_total", {"outcome": "restored"}) == 1
         assert sample("snapshot_agent_artifact_bytes_total") == artifact["sizeBytes"]
         events = api.get(f"/api/v1/namespaces/{kubelet.ns}/events").json()["items"]
         reasons = {(e["involvedObject"]["name"], e["reason"]) for e in events}
-        assert {("warm", "Captured"), ("replica", "RestoreSucceeded")} <= reasons
+        assert {(f"warm{sfx}", "Captured"), (f"replica{sfx}", "RestoreSucceeded")} <= reasons
 
         # Deleting the PodSnapshot deletes its artifact, then the object.
         artifact_dir = artifact["uri"].removeprefix("file://")
-        assert api.delete(f"{snap_url}/warm").status_code == 200
+        assert api.delete(f"{snap_url}/warm{sfx}").status_code == 200
         await controller.reconcile_all()
         await agent.pass_once()
-        assert api.get(f"{snap_url}/warm").status_code == 404
-        assert not Path(artifact_dir).exists()
+        assert api.get(f"{snap_url}/warm{sfx}").status_code == 404
+        if reg is None:
+            assert not Path(artifact_dir).exists()
+        else:
+            ref = OciRef.parse(artifact["uri"])
+            with pytest.raises(OciError, match="404"):
+                oci.pull(ref, tmp_path / "gone", agent.cfg.registry, max_bytes=1 << 30)
+            assert not agent.cache.entry(artifact["manifestDigest"]).exists()
 
 
 def example(path: str) -> dict:
