@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv tools test demo cluster cluster-smoke bench bench-shim bench-webhook kind-smoke conformance lint fmt generate clean
+.PHONY: setup system venv tools test demo cluster cluster-smoke bench bench-shim bench-oci bench-webhook kind-smoke conformance lint fmt generate clean
 
 setup: system venv tools
 
@@ -65,6 +65,10 @@ bench-shim: setup
 
 # the webhook under load: restore-pod reviews over TLS at concurrency 16, with PodSnapshot
 # lookups in a real kube-apiserver (requests/s, p50/p99, errors)
+# restore from the OCI store (cold and warm node cache) vs the node's volume. ~3 min.
+bench-oci: setup
+	$(PY) -m bench.oci_store
+
 bench-webhook: setup
 	$(PY) -m bench.webhook_load
 

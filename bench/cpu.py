@@ -61,9 +61,8 @@ class Bench:
         d.mkdir()
         return d
 
-    def pod(self, name: str, control: Path, model: str, artifact: CheckpointResult | None = None):
-        ann = admitted(artifact) if artifact else None
-        pod, ctr = start_pod(self.cri, name, control, ann, model)
+    def pod(self, name: str, control: Path, model: str, annotations: dict | None = None):
+        pod, ctr = start_pod(self.cri, name, control, annotations, model)
         self.pods.append(pod)
         return pod, ctr
 
@@ -81,10 +80,12 @@ class Bench:
         return seconds, answer["digest"], ctr, int(answer["weights"]), ctl
 
     def restore(self, model: str, artifact: CheckpointResult, reference: str,
-                t0: float | None = None):  # fmt: skip
+                t0: float | None = None, annotations: dict | None = None):  # fmt: skip
+        """A pod restored from ``artifact`` (``annotations``: the webhook's, when not the
+        store path's), timed to its first correct answer."""
         ctl = self.control()
         t0 = time.monotonic() if t0 is None else t0
-        pod, _ = self.pod("restore", ctl, model, artifact)
+        pod, _ = self.pod("restore", ctl, model, annotations or admitted(artifact))
         seconds, line = first_response(self.cri.pod_ip(pod), PORT, t0, 300)
         report = json.loads((ctl / RESTORE_REPORT).read_text())
         ok = parse(line)["digest"] == reference and report["outcome"] == "restored"
