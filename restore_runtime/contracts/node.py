@@ -15,6 +15,7 @@ STORE_ROOT_ENV = "SNAPSHOT_STORE_ROOT"
 OCI_PLAIN_HTTP_ENV = "SNAPSHOT_OCI_PLAIN_HTTP"
 OCI_AUTH_FILE_ENV = "SNAPSHOT_OCI_AUTH_FILE"
 OCI_CACHE_MAX_BYTES_ENV = "SNAPSHOT_OCI_CACHE_MAX_BYTES"
+OCI_PULL_TIMEOUT_ENV = "SNAPSHOT_OCI_PULL_TIMEOUT"
 DEFAULT_STORE_ROOT = Path("/var/lib/snapshot/artifacts")
 
 
@@ -32,6 +33,9 @@ class NodeConfig:
     oci_plain_http: tuple[str, ...] = ()
     oci_auth_file: Path | None = None
     oci_cache_max_bytes: int = 200 * 1024**3
+    #: a pull that takes longer fails the restore (a cold start under fallback): it must end
+    #: well inside the kubelet's runtime request timeout (2 minutes by default)
+    oci_pull_timeout_s: float = 90.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> NodeConfig:
@@ -46,6 +50,7 @@ class NodeConfig:
             oci_plain_http=tuple(h for h in env.get(OCI_PLAIN_HTTP_ENV, "").split(",") if h),
             oci_auth_file=Path(auth) if auth else None,
             oci_cache_max_bytes=int(env.get(OCI_CACHE_MAX_BYTES_ENV) or cls.oci_cache_max_bytes),
+            oci_pull_timeout_s=float(env.get(OCI_PULL_TIMEOUT_ENV) or cls.oci_pull_timeout_s),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -59,6 +64,7 @@ class NodeConfig:
         if self.oci_auth_file is not None:
             env[OCI_AUTH_FILE_ENV] = str(self.oci_auth_file)
         env[OCI_CACHE_MAX_BYTES_ENV] = str(self.oci_cache_max_bytes)
+        env[OCI_PULL_TIMEOUT_ENV] = str(self.oci_pull_timeout_s)
         return env
 
     def registry_access(self):

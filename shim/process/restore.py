@@ -102,8 +102,9 @@ class RestoreTarget:
         t0 = time.monotonic()
         try:
             path, pulled = await asyncio.to_thread(
-                node.artifact_cache().fetch, OciRef.parse(self.uri), digest
-            )
+                node.artifact_cache().fetch, OciRef.parse(self.uri), digest,
+                node.oci_pull_timeout_s,
+            )  # fmt: skip
         except (SnapshotError, ValueError, OSError) as e:
             raise RestoreFailed("pull", f"pulling {self.uri}: {e}") from e
         log.info("artifact %s: %s", self.uri, f"pulled into {path}" if pulled else "cached")

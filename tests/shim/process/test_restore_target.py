@@ -7,10 +7,13 @@ value outside its set is an error only where there is something to restore."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from restore_runtime.contracts import annotations as ann
-from shim.process.restore import RestoreTarget
+from restore_runtime.contracts.node import NodeConfig
+from shim.process.restore import RestoreFailed, RestoreTarget
 
 ART = "file:///var/lib/snapshot/artifacts/team-a/warm"
 
@@ -29,9 +32,22 @@ def test_the_restored_container():
     t = RestoreTarget.from_spec(spec(**{ann.ARTIFACT: ART, ann.CONTAINER: "main",
                                         ann.INTERNAL_RESTORE_POLICY: "strict"}))  # fmt: skip
     assert t is not None
-    assert str(t.artifact) == "/var/lib/snapshot/artifacts/team-a/warm"
+    assert t.uri == ART
+    path, timings = asyncio.run(t.local_artifact(NodeConfig()))
+    assert str(path) == "/var/lib/snapshot/artifacts/team-a/warm" and timings == {}
     assert t.namespace == "team-a" and t.policy is ann.RestorePolicy.STRICT
     assert str(t.control_dir) == "/var/lib/kubelet/pods/u/ctl" and t.netns == "/run/netns/cni-1"
+
+
+def test_an_oci_artifact_needs_its_admitted_digest():
+    """An oci:// artifact is pulled by the admitted manifest digest (the cache's key); without
+    one nothing is pulled, and the restore fails in phase pull."""
+    t = RestoreTarget.from_spec(spec(**{ann.ARTIFACT: "oci://127.0.0.1:1/snaps/x@sha256:"
+                                        + "a" * 64}))  # fmt: skip
+    assert t is not None
+    with pytest.raises(RestoreFailed, match="no admitted manifest digest") as e:
+        asyncio.run(t.local_artifact(NodeConfig()))
+    assert e.value.phase == "pull"
 
 
 @pytest.mark.parametrize(
