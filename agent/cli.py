@@ -129,6 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         oci_repository=args.oci_repository,
         registry=oci.registry_access(),
         oci_cache_max_bytes=oci.oci_cache_max_bytes,
+        pre_pull=args.oci_pre_pull,
     )
 
     async def run() -> None:

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from kubeclient.podspec import CONTROL_VOLUME, container_status, is_running
+from restore_runtime import compat
 from restore_runtime.artifact import oci
+from restore_runtime.compat import HostInfo
 from restore_runtime.contracts.annotations import (
     ARTIFACT,
     RESTORED_CONDITION,
@@ -27,7 +29,7 @@ from restore_runtime.contracts.crd import (
     condition_true,
     set_condition,
 )
-from restore_runtime.contracts.manifest import Manifest
+from restore_runtime.contracts.manifest import Compat, Manifest
 from restore_runtime.contracts.report import RestoreReport
 from restore_runtime.timing import phases_text
 
@@ -50,6 +52,29 @@ def to_checkpoint(snap: PodSnapshot, node: str) -> bool:
         and not condition_true(snap.status.conditions, FAILED)
         and ready_reason(snap) == R.CHECKPOINT_PENDING
     )
+
+
+def source_compat(snap: PodSnapshot) -> Compat | None:
+    """What a host must match to restore ``snap``, from its status (the manifest's own compat
+    block, as the agent recorded it at capture)."""
+    src = snap.status.source
+    if src is None or not (src.arch and src.kernel_version and src.criu_version):
+        return None
+    cuda = int(src.cuda_driver_version) if src.cuda_driver_version else None
+    return Compat(arch=src.arch, kernel=src.kernel_version, criuVersion=src.criu_version,
+                  driverVersion=src.driver_version, cudaDriverVersion=cuda,
+                  gpus=src.gpus)  # fmt: skip
+
+
+def to_pre_pull(snap: PodSnapshot, node: str, host: HostInfo) -> str | None:
+    """The oci:// URI to pull ahead of any restore: a Ready PodSnapshot pushed to a
+    registry, made on another node, that this node could restore (the shim's own gates)."""
+    art = snap.status.artifact
+    if (not snap.ready or art is None or not art.uri.startswith("oci://")
+            or on_node(snap, node) or snap.metadata.deletion_timestamp is not None):  # fmt: skip
+        return None
+    wanted = source_compat(snap)
+    return art.uri if wanted is not None and not compat.check(wanted, host) else None
 
 
 def interrupted(snap: PodSnapshot, node: str) -> bool:

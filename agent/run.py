@@ -28,6 +28,7 @@ from restore_runtime.artifact import oci, signing
 from restore_runtime.artifact.cache import CACHE_DIR, DEFAULT_MAX_BYTES, ArtifactCache
 from restore_runtime.artifact.oci import OciRef, RegistryAccess
 from restore_runtime.artifact.pack import remove_stale_staging
+from restore_runtime.compat import HostInfo, host_info
 from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
 from restore_runtime.contracts.handshake import RESTORE_REPORT
 from restore_runtime.contracts.report import RestoreReport
@@ -57,6 +58,9 @@ class AgentConfig:
     oci_repository: OciRef | None = None
     registry: RegistryAccess = field(default_factory=RegistryAccess)
     oci_cache_max_bytes: int = DEFAULT_MAX_BYTES
+    #: pull each Ready PodSnapshot this node could restore into its cache before any pod
+    #: asks for it, so a scale-up onto this node does not wait on the registry
+    pre_pull: bool = False
 
 
 class AgentMetrics:
@@ -73,6 +77,10 @@ class AgentMetrics:
         self.artifact_bytes = Counter(
             "snapshot_agent_artifact_bytes", "Bytes of artifacts written", registry=r
         )
+        self.pre_pulls = Counter(
+            "snapshot_agent_pre_pulls", "Artifacts pulled ahead of a restore, by result "
+            "(pulled, failed)", ["result"], registry=r,
+        )  # fmt: skip
         self.restores = Counter(
             "snapshot_agent_restores_reported",
             "Restore outcomes reported on pods (restored, fell-back, failed)",
@@ -95,6 +103,9 @@ class Agent:
         #: handshake never holds up another pod's checkpoint or the restore reports
         self.running: dict[str, asyncio.Task] = {}
         self.cache = ArtifactCache(cfg.store / CACHE_DIR, cfg.oci_cache_max_bytes, cfg.registry)
+        #: pre-pulls in flight, by manifest digest
+        self.pulling: dict[str, asyncio.Task] = {}
+        self._host: HostInfo | None = None
         if stale := remove_stale_staging(cfg.store):
             log.warning("removed %d staging dir(s) of interrupted checkpoints", len(stale))
 
@@ -115,6 +126,8 @@ class Agent:
                     self._start_checkpoint(snap)
                 elif d.to_delete(snap, self.cfg.node):
                     await self.delete_artifact(snap)
+                elif self.cfg.pre_pull:
+                    await self._pre_pull(snap)
         await self.report_restores()
 
     def _start_checkpoint(self, snap: PodSnapshot) -> None:
@@ -132,9 +145,34 @@ class Agent:
         task.add_done_callback(lambda _: self.running.pop(uid, None))
 
     async def drain(self) -> None:
-        """Wait for the checkpoints in flight (tests, shutdown)."""
-        while self.running:
-            await asyncio.gather(*self.running.values(), return_exceptions=True)
+        """Wait for the checkpoints and pre-pulls in flight (tests, shutdown)."""
+        while self.running or self.pulling:
+            await asyncio.gather(*self.running.values(), *self.pulling.values(),
+                                 return_exceptions=True)  # fmt: skip
+
+    async def _pre_pull(self, snap: PodSnapshot) -> None:
+        if self._host is None:  # once: it runs criu --version and reads the GPU inventory
+            self._host = await asyncio.to_thread(host_info, with_gpus=True)
+        uri = d.to_pre_pull(snap, self.cfg.node, self._host)
+        art = snap.status.artifact
+        if uri is None or art is None or art.manifest_digest in self.pulling:
+            return
+        digest = art.manifest_digest
+        if self.cache.entry(digest).is_dir():
+            return
+
+        async def pull() -> None:
+            try:
+                await asyncio.to_thread(self.cache.fetch, OciRef.parse(uri), digest)
+                self.metrics.pre_pulls.labels("pulled").inc()
+                log.info("pre-pulled %s into the node cache", uri)
+            except (SnapshotError, OSError, ValueError) as e:  # the shim will try again
+                self.metrics.pre_pulls.labels("failed").inc()
+                log.warning("pre-pulling %s failed: %s", uri, e)
+
+        task = asyncio.ensure_future(pull())
+        self.pulling[digest] = task
+        task.add_done_callback(lambda _: self.pulling.pop(digest, None))
 
     async def checkpoint(self, snap: PodSnapshot) -> None:
         ns, name = snap.metadata.namespace, snap.spec.source.pod_ref.name

@@ -227,6 +227,16 @@ async def test_snapshot_checkpoint_restore_report_delete(
         reasons = {(e["involvedObject"]["name"], e["reason"]) for e in events}
         assert {(f"warm{sfx}", "Captured"), (f"replica{sfx}", "RestoreSucceeded")} <= reasons
 
+        if reg is not None:  # an agent that pre-pulls warms another node's cache
+            agent.cache.remove(artifact["manifestDigest"])
+            other = Agent(client, AgentConfig(node="node-other", store=containerd.store,
+                                              pre_pull=True, **settings))  # fmt: skip
+            await other.pass_once()
+            await other.drain()
+            assert agent.cache.entry(artifact["manifestDigest"]).is_dir()
+            assert other.metrics.registry.get_sample_value(
+                "snapshot_agent_pre_pulls_total", {"result": "pulled"}) == 1  # fmt: skip
+
         # Deleting the PodSnapshot deletes its artifact, then the object.
         artifact_dir = artifact["uri"].removeprefix("file://")
         assert api.delete(f"{snap_url}/warm{sfx}").status_code == 200

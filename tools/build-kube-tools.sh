@@ -19,7 +19,9 @@ ldflags="-s -w -X $v.gitVersion=${KUBE_VERSION} -X $v.gitMajor=1 -X $v.gitMinor=
 # kube-proxy and kubectl for devnode's one-node cluster (the same release, from the same module pins)
 for cmd in kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy kubectl; do
   ask=(--version); [[ $cmd == kubectl ]] && ask=(version --client)
-  if [[ -x "$BIN/$cmd" ]] && "$BIN/$cmd" "${ask[@]}" 2>/dev/null | grep -q "${KUBE_VERSION}"; then
+  # read the whole answer first: grep -q stops reading at its match, and under pipefail the
+  # writer's SIGPIPE (kubectl prints two lines) would count as "not built" and rebuild it
+  if [[ -x "$BIN/$cmd" ]] && [[ $("$BIN/$cmd" "${ask[@]}" 2>/dev/null) == *"${KUBE_VERSION}"* ]]; then
     echo "$cmd ${KUBE_VERSION} already in $BIN"; continue
   fi
   echo "building $cmd ${KUBE_VERSION} (minutes on a small machine)"

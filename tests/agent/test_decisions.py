@@ -10,9 +10,11 @@ import pytest
 from agent import decisions as d
 from restore_runtime.artifact import oci
 from restore_runtime.artifact.oci import OciRef
+from restore_runtime.compat import HostInfo
 from restore_runtime.contracts.annotations import ARTIFACT, RESTORED_CONDITION, RestoreOutcome
+from restore_runtime.contracts.crd import ArtifactRef, SourceInfo
 from restore_runtime.contracts.crd import PodSnapshotReasons as R
-from restore_runtime.contracts.manifest import Compat, FileEntry, Manifest, Source
+from restore_runtime.contracts.manifest import Compat, FileEntry, GpuInfo, Manifest, Source
 from restore_runtime.contracts.report import RestoreReport
 from tests.controller.objects import pod, snapshot
 
@@ -60,6 +62,37 @@ def test_oci_tag_and_annotations():
     a = d.oci_annotations(snap, "sha256:" + "a" * 64)
     assert a[oci.MANIFEST_DIGEST_KEY] == "sha256:" + "a" * 64
     assert a[oci.KEP2008_NAMESPACE] == "ns" and a[oci.KEP2008_CONTAINER] == snap.container
+
+
+HOST = HostInfo(arch="x86_64", kernel="6.18.4", criu_version="4.2.1", driver_version="580.1",
+                cuda_driver_version=13000,
+                gpus=[GpuInfo(uuid="GPU-b", product="NVIDIA H200")])  # fmt: skip
+OCI_URI = "oci://reg:5000/snaps:ns.snap@sha256:" + "b" * 64
+
+
+def captured_snap(node="node-a", uri=OCI_URI, ready=True, arch="x86_64", product="NVIDIA H200"):
+    snap = snapshot([("Ready", "True" if ready else "False", R.CAPTURED)], node=node)
+    snap.status.artifact = ArtifactRef(uri=uri, manifest_digest="sha256:" + "a" * 64)
+    snap.status.source = SourceInfo(node_name=node, arch=arch, kernel_version="6.18.1",
+                                    criu_version="4.2.0", driver_version="580.1",
+                                    cuda_driver_version="13000",
+                                    gpus=[GpuInfo(uuid="GPU-a", product=product)])  # fmt: skip
+    return snap
+
+
+@pytest.mark.parametrize(
+    "snap, pulls",
+    [
+        (captured_snap(), True),
+        (captured_snap(node="node-b"), False),  # made here: this node has it
+        (captured_snap(ready=False), False),
+        (captured_snap(uri="file:///store/ns/snap"), False),  # nothing to pull
+        (captured_snap(arch="aarch64"), False),  # this node could not restore it
+        (captured_snap(product="NVIDIA B200"), False),
+    ],
+)
+def test_pre_pull_only_what_this_node_could_restore(snap, pulls):
+    assert d.to_pre_pull(snap, "node-b", HOST) == (OCI_URI if pulls else None)
 
 
 def test_container_id_and_image_digest():

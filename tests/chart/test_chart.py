@@ -237,6 +237,9 @@ def test_oci_storage_reaches_the_agent_and_the_shim():
     (init,), (main,) = spec["initContainers"], spec["containers"]
     assert all(a in init["args"] and a in main["args"] for a in shared)
     assert "--oci-repository=oci://registry.internal:5000/snaps" in main["args"]
+    assert "--oci-pre-pull" not in main["args"]  # opt-in
+    (agent,) = by_kind(chart.render(set_values={**OCI, "storage.oci.prePull": "true"}))["DaemonSet"]
+    assert "--oci-pre-pull" in agent["spec"]["template"]["spec"]["containers"][0]["args"]
     assert {"name": "oci-auth", "secret": {"secretName": "regcred", "defaultMode": 0o400}} in spec[
         "volumes"]  # fmt: skip
     import kubernetes_validate
