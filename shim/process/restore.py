@@ -16,12 +16,15 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from restore_runtime.contracts import annotations as ann
 from restore_runtime.contracts.handshake import CONTROL_DIR_ENV, DEFAULT_CONTROL_DIR
 from restore_runtime.contracts.node import NodeConfig
-from restore_runtime.contracts.report import RestoreReport
 from restore_runtime.errors import SnapshotError
+
+if TYPE_CHECKING:  # pydantic costs ~0.1 s to import: a plain pod's shim never needs it
+    from restore_runtime.contracts.report import RestoreReport
 
 log = logging.getLogger(__name__)
 # Established connections cannot follow the pod to its new address; clients reconnect. The
@@ -121,6 +124,8 @@ class RestoreTarget:
                 log.error("cannot write the restore report to %s: %s", self.control_dir, e)
 
     def report_failure(self, e: RestoreFailed, outcome: ann.RestoreOutcome) -> None:
+        from restore_runtime.contracts.report import RestoreReport
+
         self.report(RestoreReport(outcome=outcome, artifact=self.uri, reason=e.reason,
                                   failedPhase=e.phase))  # fmt: skip
 
