@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="oci://REGISTRY/REPO",
         help="push artifacts to this OCI repository (the store keeps a node cache)",
     )
+    a.add_argument("--oci-pre-pull", action="store_true",
+                   help="pull each Ready PodSnapshot this node could restore before any pod "
+                        "asks for it")  # fmt: skip
     _oci_args(a)
     a.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
     a.add_argument("--metrics-port", type=int, default=9400, help="Prometheus /metrics; 0: off")
@@ -110,16 +113,14 @@ def _oci_node(args: argparse.Namespace) -> NodeConfig:
     )
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from kubeclient import api as kube
-    from kubeclient.watch import run_on_changes
-
-    from .run import Agent, AgentConfig
+def agent_config(args: argparse.Namespace):
+    """``run``'s arguments as the agent's configuration."""
+    from .run import AgentConfig
 
     if not args.node:
         raise SnapshotError("give --node or set NODE_NAME (the downward API's spec.nodeName)")
     oci = _oci_node(args)
-    cfg = AgentConfig(
+    return AgentConfig(
         node=args.node,
         store=args.store,
         kubelet_root=args.kubelet_root,
@@ -132,13 +133,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         pre_pull=args.oci_pre_pull,
     )
 
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from kubeclient import api as kube
+    from kubeclient.workqueue import run_per_object
+
+    from .run import Agent
+
+    cfg = agent_config(args)
+
     async def run() -> None:
         async with await kube.api_client(args.kubeconfig) as api:
             agent = Agent(api, cfg)
             if args.metrics_port:
                 agent.metrics.serve(args.metrics_port)
             log.info("agent for node %s, artifact store %s", cfg.node, cfg.store)
-            await run_on_changes(agent.pass_once, agent.sources(), args.resync)
+            await run_per_object(agent.reconcile_key, agent.watched(), args.resync,
+                                 sanitize=api.sanitize_for_serialization)  # fmt: skip
 
     asyncio.run(run())
     return 0

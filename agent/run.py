@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 
 from kubeclient import api as kube
 from kubeclient.watch import Source
+from kubeclient.workqueue import Key, Watched, meta
 from restore_runtime.artifact import oci, signing
 from restore_runtime.artifact.cache import CACHE_DIR, DEFAULT_MAX_BYTES, ArtifactCache
 from restore_runtime.artifact.oci import OciRef, RegistryAccess
@@ -115,20 +116,43 @@ class Agent:
                 Source("pods on this node", self.core.list_pod_for_all_namespaces,
                        kwargs={"field_selector": f"spec.nodeName={self.cfg.node}"})]  # fmt: skip
 
+    def watched(self) -> list[Watched]:
+        """Each PodSnapshot, and each pod of this node, is its own key."""
+        snaps, pods = self.sources()
+        return [Watched(snaps, lambda o: [(("PodSnapshot", *meta(o)), o)]),
+                Watched(pods, lambda o: [(("Pod", *meta(o)), o)])]  # fmt: skip
+
+    async def reconcile_key(self, key: Key, obj: dict | None) -> None:
+        """One object, as a watch event or list carried it (kubeclient.workqueue); an API
+        error propagates, so the queue retries this object alone."""
+        kind, ns, name = key
+        if kind == "PodSnapshot":
+            snap = self.snapshots.parse(obj) if obj else await self.snapshots.get(ns, name)
+            if snap is not None:
+                await self.reconcile_snapshot(snap)
+        else:
+            pod = obj or await kube.read_pod(self.api, ns, name)
+            if pod is not None:
+                await self.report_restore(pod)
+
     async def pass_once(self) -> None:
+        """Every PodSnapshot and every pod of this node, once (tests, a manual resync)."""
         for snap in await self.snapshots.list():
-            if snap.metadata.uid in self.running:
-                continue
             with kube.isolated(snap):
-                if d.interrupted(snap, self.cfg.node):
-                    await self._fail(snap, "the agent restarted during the checkpoint")
-                elif d.to_checkpoint(snap, self.cfg.node):
-                    self._start_checkpoint(snap)
-                elif d.to_delete(snap, self.cfg.node):
-                    await self.delete_artifact(snap)
-                elif self.cfg.pre_pull:
-                    await self._pre_pull(snap)
+                await self.reconcile_snapshot(snap)
         await self.report_restores()
+
+    async def reconcile_snapshot(self, snap: PodSnapshot) -> None:
+        if snap.metadata.uid in self.running:
+            return
+        if d.interrupted(snap, self.cfg.node):
+            await self._fail(snap, "the agent restarted during the checkpoint")
+        elif d.to_checkpoint(snap, self.cfg.node):
+            self._start_checkpoint(snap)
+        elif d.to_delete(snap, self.cfg.node):
+            await self.delete_artifact(snap)
+        elif self.cfg.pre_pull:
+            await self._pre_pull(snap)
 
     def _start_checkpoint(self, snap: PodSnapshot) -> None:
         async def run() -> None:
@@ -273,18 +297,23 @@ class Agent:
             field_selector=f"spec.nodeName={self.cfg.node}"
         )
         for pod in self.api.sanitize_for_serialization(pods)["items"]:
-            if not d.needs_restore_report(pod, self.cfg.node):
-                continue
-            path = d.control_dir(self.cfg.kubelet_root, pod["metadata"]["uid"]) / RESTORE_REPORT
-            try:
-                report = RestoreReport.model_validate_json(read_control_file(path))
-            except FileNotFoundError:
-                continue  # not started yet
-            except (ValueError, SnapshotError) as e:  # the pod's tenant controls this file
-                log.warning("unreadable restore report of pod %s/%s: %s",
-                            pod["metadata"]["namespace"], pod["metadata"]["name"], e)  # fmt: skip
-                continue
-            await self.report(pod, report)
+            await self.report_restore(pod)
+
+    async def report_restore(self, pod: dict[str, Any]) -> None:
+        """The restore outcome of ``pod``, once its shim has written it (a later event of the
+        pod, its containers starting, brings it back here otherwise)."""
+        if not d.needs_restore_report(pod, self.cfg.node):
+            return
+        path = d.control_dir(self.cfg.kubelet_root, pod["metadata"]["uid"]) / RESTORE_REPORT
+        try:
+            report = RestoreReport.model_validate_json(read_control_file(path))
+        except FileNotFoundError:
+            return  # not started yet
+        except (ValueError, SnapshotError) as e:  # the pod's tenant controls this file
+            log.warning("unreadable restore report of pod %s/%s: %s",
+                        pod["metadata"]["namespace"], pod["metadata"]["name"], e)  # fmt: skip
+            return
+        await self.report(pod, report)
 
     async def report(self, pod: dict[str, Any], report: RestoreReport) -> None:
         cond = d.restored_condition(report)

@@ -14,7 +14,7 @@ import sys
 from controller.loop import Controller
 from kubeclient import api as kube
 from kubeclient.leader import LeaderElector
-from kubeclient.watch import run_on_changes
+from kubeclient.workqueue import run_per_object
 
 log = logging.getLogger("snapshot.controller")
 
@@ -26,8 +26,11 @@ async def _main(args: argparse.Namespace) -> None:
             controller.metrics.serve(args.metrics_port)
 
         async def work() -> None:
-            log.info("reconciling on changes (watches), and every %gs", args.resync)
-            await run_on_changes(controller.reconcile_all, controller.sources(), args.resync)
+            log.info("reconciling each object as it changes (watches), and all every %gs",
+                     args.resync)  # fmt: skip
+            await run_per_object(controller.reconcile_key, controller.watched(), args.resync,
+                                 sanitize=api.sanitize_for_serialization,
+                                 on_depth=controller.metrics.queue_depth.set)  # fmt: skip
 
         if not args.leader_elect:
             await work()

@@ -1,5 +1,7 @@
-"""The controller's I/O: read every PodSnapshot and SnapshotJob with what they refer to, ask the
-pure reconcilers what to do, do it. One pass is reconcile_all(); kube.resync repeats it."""
+"""The controller's I/O: read a PodSnapshot or SnapshotJob with what it refers to, ask the
+pure reconcilers what to do, do it. Running, it reconciles per object as watch events come
+(``reconcile_key`` through kubeclient.workqueue, retried per object with backoff);
+``reconcile_all`` is one pass over every object (tests, and a manual resync)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from controller.metrics import ControllerMetrics
 from kubeclient import api as kube
 from kubeclient.api import ApiException
 from kubeclient.watch import Source
+from kubeclient.workqueue import Key, Watched, meta
 from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, JOB_LABEL, PodSnapshot, SnapshotJob
 
 log = logging.getLogger("snapshot.controller")
@@ -35,6 +38,39 @@ class Controller:
         return [self.jobs.source(), self.snapshots.source(),
                 Source("snapshotjob pods", self.core.list_pod_for_all_namespaces,
                        kwargs={"label_selector": JOB_LABEL})]  # fmt: skip
+
+    def watched(self) -> list[Watched]:
+        """Each collection and the keys its objects queue: jobs and PodSnapshots themselves;
+        a pod a SnapshotJob made, its job (the pod's readiness moves the job on)."""
+
+        def own(kind: str):
+            return lambda o: [((kind, *meta(o)), o)]
+
+        def job_of(pod: dict):
+            job = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_LABEL)
+            return [(("SnapshotJob", meta(pod)[0], job), None)] if job else []
+
+        jobs_, snaps, pods = self.sources()
+        return [Watched(jobs_, own("SnapshotJob")), Watched(snaps, own("PodSnapshot")),
+                Watched(pods, job_of)]  # fmt: skip
+
+    async def reconcile_key(self, key: Key, obj: dict | None) -> None:
+        """Reconcile one object: the state the event carried, or read now. An API error
+        propagates, so the work queue retries this object alone."""
+        kind, ns, name = key
+        store = self.jobs if kind == "SnapshotJob" else self.snapshots
+        model = store.parse(obj) if obj is not None else await store.get(ns, name)
+        if model is None:
+            return  # deleted, or an object that does not parse (logged)
+        ok = False
+        try:
+            if isinstance(model, SnapshotJob):
+                await self.reconcile_job(model)
+            else:
+                await self.reconcile_snapshot(model)
+            ok = True
+        finally:
+            self.metrics.reconciles.labels(kind, "ok" if ok else "error").inc()
 
     async def reconcile_all(self) -> None:
         with self.metrics.pass_seconds.time():

@@ -1,6 +1,6 @@
 """The controller's Prometheus metrics: reconciles by kind and result, how long a pass takes,
-how many objects a pass saw, whether it leads; its API requests are counted by the client
-(``kubeclient.api.count_requests``)."""
+how many objects a pass saw, the work queue's depth, whether it leads; its API requests are
+counted by the client (``kubeclient.api.count_requests``)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ class ControllerMetrics:
             "snapshot_controller_objects", "Objects seen by the last pass, by kind", ["kind"],
             registry=r,
         )  # fmt: skip
+        self.queue_depth = Gauge(
+            "snapshot_controller_queue_depth", "Objects waiting in the work queue", registry=r
+        )
         self.leader = Gauge(
             "snapshot_controller_leader", "1 while this replica holds the leader Lease",
             registry=r,

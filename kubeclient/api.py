@@ -89,15 +89,17 @@ class CustomResources(Generic[M]):
         """Every object in the cluster; one that does not parse is logged and skipped, so that
         a bad object cannot stop the others from being reconciled."""
         objs = await self._objs.list_cluster_custom_object(crd.GROUP, crd.VERSION, self._plural)
-        out = []
-        for o in objs.get("items", []):
-            try:
-                out.append(self._model.model_validate(o))
-            except ValidationError as e:
-                meta = o.get("metadata", {})
-                log.error("skipping %s %s/%s: %s", self._plural, meta.get("namespace"),
-                          meta.get("name"), e)  # fmt: skip
-        return out
+        return [m for o in objs.get("items", []) if (m := self.parse(o)) is not None]
+
+    def parse(self, obj: dict) -> M | None:
+        """The object as its model; None (logged) when it does not parse."""
+        try:
+            return self._model.model_validate(obj)
+        except ValidationError as e:
+            meta = obj.get("metadata", {})
+            log.error("skipping %s %s/%s: %s", self._plural, meta.get("namespace"),
+                      meta.get("name"), e)  # fmt: skip
+            return None
 
     async def create(self, obj: M) -> M:
         body = obj.to_api()
