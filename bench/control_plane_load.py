@@ -1,7 +1,7 @@
 """Control-plane API load at idle: the Kubernetes API requests per minute that the controller
 and one node agent make with 10, 100 and 1,000 PodSnapshots in the cluster (all Ready, nothing
 to do), against the real kube-apiserver. Both run as their own processes with the chart's
-settings (passes on watch events, resync 60 s and 300 s); the figures are the growth of their
+settings (per-object work on watch events, resync 60 s and 300 s); the figures are the growth of their
 ``*_api_requests_total`` metrics over an idle stretch. Then the time from a new PodSnapshot's
 creation to the agent acting on it (its first status write; with no container to checkpoint
 here, a CheckpointFailed, which comes right after the checkpoint starts).
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python -m bench.control_plane_load", *(argv or sys.argv[1:])]),
         "machine": platform.node(),
         "cpus": os.cpu_count(),
-        "mode": "idle; passes on watch events, resync 60 s (controller) and 300 s (agent)",
+        "mode": "idle; per-object work on watch events, resync 60 s (controller) and 300 s (agent)",
         "controller_requests_per_min": ctl,
         "agent_requests_per_min": agt,
         "podsnapshot_created_to_agent_s": to_agent,
