@@ -1,10 +1,10 @@
 """Control-plane API load at idle: the Kubernetes API requests per minute that the controller
 and one node agent make with 10, 100 and 1,000 PodSnapshots in the cluster (all Ready, nothing
 to do), against the real kube-apiserver. Both run as their own processes with the chart's
-settings (per-object work on watch events, resync 60 s and 300 s); the figures are the growth of their
-``*_api_requests_total`` metrics over an idle stretch. Then the time from a new PodSnapshot's
-creation to the agent acting on it (its first status write; with no container to checkpoint
-here, a CheckpointFailed, which comes right after the checkpoint starts).
+settings (per-object work on watch events, resync 60 s and 300 s); the figures are the growth
+of their ``*_api_requests_total`` metrics over an idle stretch. Then the time from a new
+PodSnapshot's creation to the agent acting on it (its first status write; with no container
+to checkpoint here, a CheckpointFailed, which comes right after the checkpoint starts).
 
     python -m bench.control_plane_load [--counts 10,100,1000] [--seconds 60] [--out DIR]
 """
