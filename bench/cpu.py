@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import json
 import os
 import platform
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from devnode.containerd import Containerd, admitted
@@ -139,18 +141,28 @@ class Bench:
         }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(doc: str, extra: Callable[[argparse.ArgumentParser], None] | None = None):
+    """The CPU benchmarks' common options (runs, workloads, where results go), and
+    ``extra``'s; ``doc``: the benchmark's docstring, whose first line describes it."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--workload", action="append", choices=list(WORKLOADS))
-    ap.add_argument("--concurrency", default="1,2,4")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
-    args = ap.parse_args()
+    if extra is not None:
+        extra(ap)
+    return ap.parse_args()
+
+
+@contextlib.contextmanager
+def bench_node(module: str) -> Iterator[tuple[Bench, dict]]:
+    """A private containerd with our shim, and the record of this run of
+    ``python -m <module>`` (command, machine, start; ``workloads`` to fill). Everything it
+    started is stopped and removed afterwards, also on failure."""
     work = Path(tempfile.mkdtemp(prefix="snapshot-bench-"))
     node = Containerd(Path(f"/tmp/snapshot-bench-cd-{uuid.uuid4().hex[:6]}"),
                       bin_dirs=[str(Path(sys.executable).parent)])  # fmt: skip
     result = {
-        "command": " ".join(["python -m bench.cpu", *sys.argv[1:]]),
+        "command": " ".join([f"python -m {module}", *sys.argv[1:]]),
         "machine": {"cpus": len(os.sched_getaffinity(0)),
                     "kernel": platform.release(), "python": platform.python_version()},
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -160,17 +172,27 @@ def main() -> int:
     try:
         node.start()
         bench = Bench(node, work)
-        for model in args.workload or list(WORKLOADS):
-            print(f"{model}: {WORKLOADS[model]}", flush=True)
-            conc = [int(n) for n in args.concurrency.split(",") if n]
-            result["workloads"][model] = bench.workload(model, args.runs, conc)
+        yield bench, result
     finally:
         if bench is not None:
             bench.cleanup()
         node.stop()
         shutil.rmtree(work, ignore_errors=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench-cpu.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+def write_result(out: Path, name: str, result: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def main() -> int:
+    args = arguments(__doc__, lambda ap: ap.add_argument("--concurrency", default="1,2,4"))
+    with bench_node("bench.cpu") as (bench, result):
+        for model in args.workload or list(WORKLOADS):
+            print(f"{model}: {WORKLOADS[model]}", flush=True)
+            conc = [int(n) for n in args.concurrency.split(",") if n]
+            result["workloads"][model] = bench.workload(model, args.runs, conc)
+    write_result(args.out, "bench-cpu.json", result)
     ok = all(w["all_correct"] and all(c["all_correct"] for c in w["concurrency"].values())
              for w in result["workloads"].values())  # fmt: skip
     print(json.dumps({m: {k: w[k] for k in ("speedup", "all_correct")}

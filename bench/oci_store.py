@@ -14,20 +14,15 @@ Writes bench/results/oci-store.json."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
-from bench.cpu import WORKLOADS, Bench, spread
-from devnode.containerd import Containerd, admitted
+from bench.cpu import WORKLOADS, Bench, arguments, bench_node, spread, write_result
+from devnode.containerd import admitted
 from devnode.oci_registry import docker_registry
 from restore_runtime.artifact import oci
 from restore_runtime.artifact.cache import CACHE_DIR
@@ -74,36 +69,15 @@ def workload(bench: Bench, registry: str, model: str, runs: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--workload", action="append", choices=list(WORKLOADS))
-    ap.add_argument("--out", type=Path, default=Path("bench/results"))
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="snapshot-bench-oci-"))
-    node = Containerd(Path(f"/tmp/snapshot-bench-cd-{uuid.uuid4().hex[:6]}"),
-                      bin_dirs=[str(Path(sys.executable).parent)])  # fmt: skip
-    result = {
-        "command": " ".join(["python -m bench.oci_store", *sys.argv[1:]]),
-        "machine": {"cpus": len(os.sched_getaffinity(0)),
-                    "kernel": platform.release(), "python": platform.python_version()},
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "workloads": {},
-    }  # fmt: skip
-    bench = None
-    try:
-        node.start()
-        bench = Bench(node, work)
-        with docker_registry(work / "registry") as reg:
-            for model in args.workload or list(WORKLOADS):
-                print(f"{model}: {WORKLOADS[model]}", flush=True)
-                result["workloads"][model] = workload(bench, reg.address, model, args.runs)
-    finally:
-        if bench is not None:
-            bench.cleanup()
-        node.stop()
-        shutil.rmtree(work, ignore_errors=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "oci-store.json").write_text(json.dumps(result, indent=2) + "\n")
+    args = arguments(__doc__)
+    with (
+        bench_node("bench.oci_store") as (bench, result),
+        docker_registry(bench.work / "registry") as reg,
+    ):
+        for model in args.workload or list(WORKLOADS):
+            print(f"{model}: {WORKLOADS[model]}", flush=True)
+            result["workloads"][model] = workload(bench, reg.address, model, args.runs)
+    write_result(args.out, "oci-store.json", result)
     print(json.dumps({m: {k: w[k]["restore_s"]["median"] for k in ("volume", "oci_cold",
                                                                       "oci_warm")}
                       for m, w in result["workloads"].items()}))  # fmt: skip
