@@ -6,19 +6,15 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 
+from counter_server import listen  # its sibling script (this directory is on sys.path)
+
 
 def main() -> None:
-    host, port = sys.argv[1], int(sys.argv[2])
-    srv = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((host, port))
-    srv.listen(16)
-    print(f"listening on {host}:{port}", flush=True)
-    while True:
+    srv = listen(sys.argv[1], int(sys.argv[2]))
+    while srv.fileno() >= 0:  # kept open, never accepted
         time.sleep(3600)
 
 

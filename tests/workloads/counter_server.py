@@ -20,6 +20,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from restore_runtime.workload import Handshake
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port, announced on stdout."""
+    srv = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((host, port))
+    srv.listen(16)
+    print(f"listening on {host}:{port}", flush=True)
+    return srv
+
+
 def main() -> None:
     host, port = sys.argv[1], int(sys.argv[2])
     state = bytearray(os.urandom(16 * 1024 * 1024))
@@ -38,11 +48,7 @@ def main() -> None:
             lock.release()
 
         hs.serve_in_background(quiesce, resume)
-    srv = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((host, port))
-    srv.listen(16)
-    print(f"listening on {host}:{port}", flush=True)
+    srv = listen(host, port)
     while True:
         conn, _ = srv.accept()
         with lock, conn:
