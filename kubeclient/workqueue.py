@@ -13,7 +13,6 @@ A resync, measured in minutes, lists every source again and queues every key."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -124,14 +123,18 @@ async def run_per_object(
     async def resyncs() -> None:
         while True:
             await asyncio.sleep(resync)
-            for w in watched:
-                with contextlib.suppress(Exception):  # the watches report API failures
+            for w, on in zip(watched, notifiers, strict=True):
+                try:
                     listed = await w.source.list_fn(*w.source.args, **w.source.kwargs)
-                    for item in listed_items(listed, sanitize):
-                        notify(w)(item)
+                except Exception as e:  # the next resync tries again; watches go on
+                    log.warning("resync of %s failed: %s", w.source.name, e)
+                    continue
+                for item in listed_items(listed, sanitize):
+                    on(item)
 
-    tasks = [asyncio.create_task(follow(w.source, notify(w), sanitize), name=w.source.name)
-             for w in watched]  # fmt: skip
+    notifiers = [notify(w) for w in watched]
+    tasks = [asyncio.create_task(follow(w.source, on, sanitize), name=w.source.name)
+             for w, on in zip(watched, notifiers, strict=True)]  # fmt: skip
     tasks += [asyncio.create_task(worker()) for _ in range(workers)]
     tasks.append(asyncio.create_task(resyncs()))
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..contracts.manifest import MANIFEST_NAME
 from ..errors import ArtifactExists
 from .hashing import file_digest
-from .oci import OciError, OciRef, RegistryAccess, pull
+from .oci import DIGEST, OciError, OciRef, RegistryAccess, pull
 from .pack import Staging
 
 log = logging.getLogger(__name__)
@@ -39,14 +39,9 @@ class ArtifactCache:
     access: RegistryAccess = field(default_factory=RegistryAccess)
 
     def entry(self, manifest_digest: str) -> Path:
-        algo, _, hexdigest = manifest_digest.partition(":")
-        if (
-            algo != "sha256"
-            or len(hexdigest) != 64
-            or not all(c in "0123456789abcdef" for c in hexdigest)
-        ):
+        if not DIGEST.fullmatch(manifest_digest):
             raise OciError(f"{manifest_digest[:80]!r} is not a sha256 manifest digest")
-        return self.root / hexdigest
+        return self.root / manifest_digest.removeprefix("sha256:")
 
     def fetch(
         self, ref: OciRef, manifest_digest: str, timeout_s: float = 600.0
@@ -54,11 +49,13 @@ class ArtifactCache:
         """The cached artifact whose manifest digest is ``manifest_digest``, pulled from
         ``ref`` first when absent. Returns (its directory, whether it was pulled now)."""
         entry = self.entry(manifest_digest)
-        if entry.is_dir():
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            st = Staging(entry)
+        except ArtifactExists:  # cached (or another restore committed it a moment ago)
             os.utime(entry)  # most recently used
             return entry, False
-        self.root.mkdir(parents=True, exist_ok=True)
-        with Staging(entry) as st:
+        with st:
             pull(ref, st.dir, self.access, self.max_bytes, timeout_s, reserve=self.make_room)
             found = "sha256:" + file_digest(st.dir / MANIFEST_NAME)
             if found != manifest_digest:

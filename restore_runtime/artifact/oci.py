@@ -48,7 +48,7 @@ MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 #: seconds one request may wait for the registry (connect, then between bytes)
 REQUEST_TIMEOUT = (10.0, 60.0)
 _READ = 1024 * 1024
-_DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
+DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
 _REF = re.compile(
     r"oci://(?P<registry>[A-Za-z0-9.-]+(?::[0-9]{1,5})?)"
     r"/(?P<repository>[a-z0-9]+(?:(?:[._]|__|-+|/)[a-z0-9]+)*)"
@@ -236,7 +236,7 @@ def _parse_layers(manifest: dict, max_bytes: int) -> tuple[list[_Part], dict[str
         a = layer.get("annotations") or {}
         size, offset, digest = layer.get("size"), a.get(OFFSET_KEY, ""), layer.get("digest")
         if (layer.get("mediaType") != LAYER_TYPE or not isinstance(size, int) or size < 0
-                or not str(offset).isdigit() or not _DIGEST.fullmatch(str(digest))):  # fmt: skip
+                or not str(offset).isdigit() or not DIGEST.fullmatch(str(digest))):  # fmt: skip
             raise OciError(f"malformed layer in the OCI manifest: {json.dumps(layer)[:200]}")
         parts.append(_Part(_safe_title(a.get(TITLE_KEY)), int(offset), size, digest))
     total = sum(p.size for p in parts)

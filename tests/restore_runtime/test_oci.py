@@ -173,3 +173,8 @@ def test_refs_parse_and_refuse():
     for bad in ("oci://reg/Upper", "https://reg/x", "oci://reg/x@sha256:short", "oci://reg/../x"):
         with pytest.raises(ValueError):
             OciRef.parse(bad)
+    cache = ArtifactCache(Path("/cache"))
+    assert cache.entry("sha256:" + "a" * 64) == Path("/cache/" + "a" * 64)
+    for bad in ("sha256:../../etc", "sha512:" + "a" * 64, "sha256:" + "A" * 64, "a" * 64):
+        with pytest.raises(OciError, match="not a sha256 manifest digest"):
+            cache.entry(bad)
