@@ -50,6 +50,15 @@ def test_an_oci_artifact_needs_its_admitted_digest():
     assert e.value.phase == "pull"
 
 
+def test_a_malformed_oci_uri_fails_the_pull_before_any_request(tmp_path):
+    t = RestoreTarget.from_spec(spec(**{ann.ARTIFACT: "oci://reg/../../etc@sha256:" + "a" * 64,
+                                        ann.MANIFEST_DIGEST: "sha256:" + "b" * 64}))  # fmt: skip
+    assert t is not None
+    with pytest.raises(RestoreFailed, match="is not oci://") as e:
+        asyncio.run(t.local_artifact(NodeConfig(store_root=tmp_path)))
+    assert e.value.phase == "pull" and not any(tmp_path.rglob("*"))
+
+
 @pytest.mark.parametrize(
     "annotations",
     [
