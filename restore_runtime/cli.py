@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--namespace", help="the source pod's namespace: only pods of that "
                    "namespace may restore the artifact through the shim")  # fmt: skip
     c.add_argument("--pod-snapshot", help="the PodSnapshot it is made for (recorded)")
+    c.add_argument("--keep-zero-pages", action="store_true",
+                   help="keep the zero pages CRIU dumped (left out by default: they restore "
+                   "as zero anyway)")  # fmt: skip
     c.add_argument("--json", action="store_true", help="print the result as JSON")
 
     r = sub.add_parser("restore", help="verify an artifact and restore it")
@@ -101,6 +104,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
             handshake_timeout_s=args.handshake_timeout,
             namespace=args.namespace,
             pod_snapshot=args.pod_snapshot,
+            keep_zero_pages=args.keep_zero_pages,
         ),
         Progress(enabled=None if not args.json else False),
     )

@@ -18,8 +18,11 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   pydantic==2.14.4 pydantic-core annotated-types typing-inspection typing_extensions==4.16.0 \
   cryptography==50.0.2 cffi pycparser pyroute2==0.9.7 protobuf==7.36.2
 # For bench/gpu/shim_proof.py (the shim under containerd): containerd, runc and busybox-static
-# from Debian 13, unpacked onto the bare GPU machine. No CNI: that run uses host networking.
+# from Debian 13, unpacked onto the bare GPU machine; iptables for CRIU's network lock when a
+# container has a network namespace of its own (the --replicas rounds). No CNI.
 mkdir -p .deb-node
 (cd .deb-node && apt-get download -q containerd/trixie runc/trixie busybox-static/trixie \
+  iptables/trixie libip4tc2/trixie libip6tc2/trixie libnetfilter-conntrack3/trixie \
+  libnfnetlink0/trixie \
   libseccomp2/trixie)
 du -sh .deb .whl .deb-node

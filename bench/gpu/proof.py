@@ -12,6 +12,7 @@ with the source's output before its checkpoint.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -109,6 +110,41 @@ def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dic
             "first_response_s": round(t, 3), "identical": d == expect}  # fmt: skip
 
 
+def sparse_copy(art: Path, dst: Path, res: dict) -> Path:
+    """The artifact as the engine now checkpoints by default (criu/sparse.py: zero pages of
+    private anonymous memory left out), made from the dense one this run checkpointed with
+    --keep-zero-pages, so the raw path compares both on one dump."""
+    from restore_runtime.criu.sparse import elide_zero_pages
+
+    shutil.copytree(art, dst)
+    t0 = time.monotonic()
+    r = elide_zero_pages(dst / "criu")
+    res["sparse"] = {"seconds": round(time.monotonic() - t0, 3), "pages": r.pages,
+                     "dropped_pages": r.dropped, "dropped_bytes": r.dropped_bytes}  # fmt: skip
+    return dst
+
+
+def thp_trial(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dict:
+    """The raw path again with transparent huge pages set to ``always`` (the node tuning a
+    cluster admin can choose), the host's setting put back after. CRIU restores a process's
+    madvise() bits only after it has copied its pages, so under the usual ``madvise`` mode
+    every page of the copy is a 4 KiB fault."""
+    knob = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    try:
+        before = knob.read_text().split("[")[1].split("]")[0]
+    except (OSError, IndexError) as e:
+        return {"error": f"no THP setting to read: {e}"}
+    try:
+        knob.write_text("always")
+        out = raw_restore(art, ctl, work, port, expect)
+    except Exception as e:
+        out = {"error": f"{type(e).__name__}: {e}"}
+    finally:
+        with contextlib.suppress(OSError):
+            knob.write_text(before)
+    return {"host_setting": before, **out}
+
+
 def restore_once(art: Path, ctl: Path, port: int, expect: str, pidfile: Path) -> dict:
     for f in ctl.iterdir():
         f.unlink()
@@ -169,8 +205,9 @@ def run(args) -> dict:
     res["reference_digest"] = ref
     res["gpu_used_before_checkpoint"] = gpu_used_mib()
 
+    dense = ["--keep-zero-pages"] if args.sparse_trial else []
     out = sh([*CTL, "checkpoint", "--pid", str(pid), "--output", str(art), "--control-dir",
-              str(ctl), "--json"])  # fmt: skip
+              str(ctl), "--json", *dense])  # fmt: skip
     ck = json.loads(out.stdout)
     res["checkpoint"] = {"phases": ck["timings"], "artifact_bytes": ck["sizeBytes"],
                          "cuda": ck["cuda"]}  # fmt: skip
@@ -181,6 +218,11 @@ def run(args) -> dict:
         res["raw_restore"] = raw_restore(art, ctl, base / "raw", port, ref)
     except Exception as e:
         res["raw_restore"] = {"error": f"{type(e).__name__}: {e}", "first_response_s": None}
+    if args.sparse_trial:
+        art = sparse_copy(art, base / "artifact-sparse", res)
+        res["raw_restore_sparse"] = raw_restore(art, ctl, base / "raw", port, ref)
+    if args.thp_trial:  # on the sparse images when there are
+        res["raw_restore_thp_always"] = thp_trial(art, ctl, base / "raw", port, ref)
 
     if args.leave_running:
         t0 = time.monotonic()
@@ -233,6 +275,11 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--kv-gb", type=float, default=16.0)
     ap.add_argument("--leave-running", action="store_true")
+    ap.add_argument(
+        "--thp-trial",
+        action="store_true",
+        help="the raw path once more with transparent huge pages 'always'",
+    )
     ap.add_argument("--name", default="gpu-proof")
     args = ap.parse_args()
     res = {"command": " ".join(sys.argv), "machine": platform.node(),

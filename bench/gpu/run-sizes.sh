@@ -7,10 +7,34 @@
 #
 #   bash bench/gpu/run-sizes.sh 0.35b 1.3b      # then 6.65b in a second call (10 min each)
 #   SHIM_ONLY=1 bash bench/gpu/run-sizes.sh 6.65b   # the shim path alone
+#   REPLICAS=1,2,4 SHIM_TIMEOUT=420 PROOF_FLAGS=--thp-trial bash bench/gpu/run-sizes.sh 1.3b
+#       # also N replicas at once on one GPU; the raw path also with huge pages 'always'
 set -uo pipefail
 eval "$(bash bench/gpu/setup-device.sh | tail -1)"
 mkdir -p /opt/node
 for f in .deb-node/*.deb; do dpkg -x "$f" /opt/node; done
+if ! command -v iptables-restore >/dev/null; then
+  # CRIU's network lock, for containers with a network namespace of their own. Unpacked
+  # beside CRIU, whose wrapper's LD_LIBRARY_PATH also serves the programs it runs; the
+  # command names are Debian's alternatives, which dpkg -x does not make.
+  for f in .deb-node/{iptables,libip4tc2,libip6tc2,libnetfilter-conntrack3,libnfnetlink0}_*.deb; do
+    dpkg -x "$f" /opt/snapshot-criu
+  done
+  mkdir -p /opt/iptables-bin  # not CRIU's sbin: its criu must not be found without the wrapper
+  libs=/opt/snapshot-criu/usr/lib/x86_64-linux-gnu
+  for backend in nft legacy; do  # the kernel may lack nf_tables
+    for c in iptables iptables-restore iptables-save ip6tables ip6tables-restore ip6tables-save; do
+      ln -sfn "/opt/snapshot-criu/usr/sbin/xtables-$backend-multi" "/opt/iptables-bin/$c"
+    done
+    LD_LIBRARY_PATH="$libs" XTABLES_LIBDIR="$libs/xtables" /opt/iptables-bin/iptables -L -n \
+      >/dev/null 2>&1 && break
+  done
+  echo "iptables for CRIU: $(readlink /opt/iptables-bin/iptables)"
+  export PATH="/opt/iptables-bin:$PATH"
+  # its match modules (CRIU's lock rules use -m mark) are found beside it, not in /usr/lib
+  sed -i "s#^LD_LIBRARY_PATH=#XTABLES_LIBDIR=/opt/snapshot-criu/usr/lib/x86_64-linux-gnu/xtables \
+LD_LIBRARY_PATH=#" /opt/snapshot-criu/criu
+fi
 cp /opt/node/bin/busybox /bin/busybox 2>/dev/null || cp /opt/node/usr/bin/busybox /bin/busybox
 export PATH="/opt/node/usr/bin:/opt/node/usr/sbin:$PATH"
 export LD_LIBRARY_PATH="/opt/node/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -26,13 +50,14 @@ for size in "$@"; do
   work="/tmp/run-sizes/$size"
   mkdir -p "$work"
   port=$((port + 2))
-  timeout -s INT 280 python3 bench/gpu/shim_proof.py --out "$work" --port "$port" \
-    "${model[@]}" --name "gpu-shim-proof-$size" 2>&1 | tee "$work/shim_proof.log" | tail -8
+  timeout -s INT "${SHIM_TIMEOUT:-280}" python3 bench/gpu/shim_proof.py --out "$work" \
+    --port "$port" "${model[@]}" --name "gpu-shim-proof-$size" ${REPLICAS:+--replicas "$REPLICAS"} \
+    2>&1 | tee "$work/shim_proof.log" | tail -8
   cp "$work/gpu-shim-proof-$size.json" "$OUT/"
   grep -h "step \|phase " "$work"/*shim*.log 2>/dev/null | tail -12
   [[ -n "${SHIM_ONLY:-}" ]] && { tar -czf "$OUT/logs-$size.tgz" -C "$work" .; continue; }
   timeout -s INT 280 python3 bench/gpu/proof.py --out "$work" --port "$((port + 1))" \
-    "${model[@]}" --kv-gb 16 --leave-running --name "gpu-bench-$size" 2>&1 \
+    "${model[@]}" --kv-gb 16 ${PROOF_FLAGS:---leave-running} --name "gpu-bench-$size" 2>&1 \
     | tee "$work/proof.log" | tail -8
   cp "$work/gpu-bench-$size.json" "$OUT/"
   tar -czf "$OUT/logs-$size.tgz" -C "$work" --exclude='*.json' .

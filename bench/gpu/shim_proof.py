@@ -33,6 +33,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+import pages  # noqa: E402  (bench/gpu, beside this file)
+import replicas  # noqa: E402
 
 from devnode import workloads  # noqa: E402
 from devnode.containerd import BUSYBOX_IMAGE, RUNC_ROOT, Containerd  # noqa: E402
@@ -43,6 +47,7 @@ from restore_runtime.contracts.annotations import (  # noqa: E402
     SANDBOX_NAMESPACE,
 )
 from restore_runtime.contracts.handshake import RESTORE_REPORT  # noqa: E402
+from restore_runtime.contracts.runtime import RUNTIME_TYPE  # noqa: E402
 
 # unique ids: runc state of an interrupted earlier run must not collide
 RUN = uuid.uuid4().hex[:6]
@@ -91,7 +96,9 @@ def libcuda_dir() -> str | None:
     return next((d for d in dirs if Path(d, "libcuda.so.1").exists()), None)
 
 
-def run_args(ctl: Path, runtime: str, annotations: dict[str, str], log: Path) -> list[str]:
+def run_args(
+    ctl: Path, runtime: str, annotations: dict[str, str], log: Path, netns: str | None = None
+) -> list[str]:
     # the host's /usr, its Python installation and this checkout, as devnode's workloads
     # (and the virtualenv this runs in, where torch is installed)
     paths = {
@@ -106,7 +113,8 @@ def run_args(ctl: Path, runtime: str, annotations: dict[str, str], log: Path) ->
            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}  # fmt: skip
     if cuda := libcuda_dir():
         env["TRITON_LIBCUDA_PATH"] = cuda
-    args = ["run", "-d", "--net-host", "--runtime", runtime, "--log-uri", f"file://{log}",
+    net = ["--with-ns", f"network:{netns}"] if netns else ["--net-host"]
+    args = ["run", "-d", *net, "--runtime", runtime, "--log-uri", f"file://{log}",
             "--mount", f"type=bind,src={ctl},dst=/snapshot-control,options=rbind:rw"]  # fmt: skip
     for k, v in env.items():
         args += ["--env", f"{k}={v}"]
@@ -120,6 +128,95 @@ def run_args(ctl: Path, runtime: str, annotations: dict[str, str], log: Path) ->
     return args
 
 
+def checkpoint(node: Containerd, container: str, ctl: Path) -> tuple[Path, dict]:
+    """As the node agent does: into the node's store, signed, bound to a namespace."""
+    art = node.store / NAMESPACE / f"proof-{uuid.uuid4().hex[:6]}"
+    art.parent.mkdir(parents=True, exist_ok=True)
+    ck = subprocess.run(
+        [sys.executable, "-m", "restore_runtime.cli", "checkpoint", "--container", container,
+         "--runc-root", str(RUNC_ROOT), "--output", str(art), "--control-dir", str(ctl),
+         "--sign-key", str(node.sign_key), "--namespace", NAMESPACE, "--json"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    if ck.returncode != 0:
+        raise RuntimeError(f"checkpoint failed: {ck.stderr}")
+    return art, json.loads(ck.stdout)
+
+
+def restore_annotations(art: Path, ck: dict) -> dict[str, str]:
+    # ctr plays the CRI's part: the namespace annotation, and the webhook's two
+    return {ARTIFACT: f"file://{art}", MANIFEST_DIGEST: ck["manifestDigest"],
+            SANDBOX_NAMESPACE: NAMESPACE}  # fmt: skip
+
+
+def remove(node: Containerd, container: str) -> None:
+    node.ctr("task", "rm", "-f", container, check=False)
+    node.ctr("container", "rm", container, check=False)
+
+
+def _log_time(line: str) -> float:
+    """A shim log line's asctime (local time, milliseconds) as a Unix time."""
+    stamp, ms = line[:23].split(",")
+    return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
+
+
+def timeline(started: float, answered: float, shim_log: Path, report: dict) -> dict:
+    """Where the seconds from ``ctr run`` to the first answer went (Unix times in; the shim's
+    log and its report give the points between)."""
+    serving = next(_log_time(x) for x in shim_log.read_text().splitlines() if " serving " in x)
+    done = time.mktime(time.strptime(report["finishedAt"][:19], "%Y-%m-%dT%H:%M:%S"))
+    done += float("0." + report["finishedAt"][20:-1]) - time.timezone
+    begun = done - report["timings"]["total"]
+    return {"ctr_run_to_shim_serving_s": round(serving - started, 3),
+            "shim_serving_to_restore_s": round(begun - serving, 3),
+            "restore_s": round(done - begun, 3),
+            "restore_to_first_answer_s": round(answered - done, 3)}  # fmt: skip
+
+
+def shim_log_of(container: str) -> Path | None:
+    return next(Path("/run/containerd/snapshot-shim").glob(f"*/shim-{container}.log"), None)
+
+
+def concurrency(node: Containerd, args, worker: list[str], work: Path) -> dict:
+    """N replicas at once from one artifact of a source that had its own network namespace."""
+    src, src_ns = f"csrc-{RUN}", f"snap-csrc-{RUN}"
+    ns = replicas.netns_add(src_ns)
+    ctl = work / "ctl-csrc"
+    ctl.mkdir()
+    try:
+        t0 = time.monotonic()
+        node.ctr(*run_args(ctl, "io.containerd.runc.v2", {}, args.out / "csrc.log", ns),
+                 BUSYBOX_IMAGE, src, *worker)  # fmt: skip
+        cold_s, ref = replicas.answer_in(ns, args.port, t0, args.cold_timeout)
+        if args.smoke:  # the counter's answer changes with every request; its digest not
+            ref = state_digest(ref)
+        art, ck = checkpoint(node, src, ctl)
+    finally:
+        remove(node, src)
+        replicas.netns_del(src_ns)
+
+    def start(c: str, netns: str) -> subprocess.CompletedProcess:
+        d = work / f"ctl-{c}"
+        d.mkdir()
+        run = run_args(d, RUNTIME_TYPE, restore_annotations(art, ck), args.out / f"{c}.log",
+                       netns)  # fmt: skip
+        return node.ctr(*run, BUSYBOX_IMAGE, c, *worker, check=False)
+
+    def report_of(c: str) -> dict:
+        try:
+            return json.loads((work / f"ctl-{c}" / RESTORE_REPORT).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def same(answer: str) -> bool:
+        return (state_digest(answer) if args.smoke else answer) == ref
+
+    rounds = replicas.curve([int(n) for n in args.replicas.split(",")], start=start,
+                            port=args.port, same=same, report_of=report_of, run=RUN,
+                            cleanup=lambda c: remove(node, c))  # fmt: skip
+    return {"cold_start_s": round(cold_s, 3), "rounds": rounds}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True, type=Path)
@@ -129,6 +226,8 @@ def main() -> int:
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--kv-gb", type=float, default=16.0)
     ap.add_argument("--name", default="gpu-shim-proof")
+    ap.add_argument("--restores", type=int, default=2, help="restores in a row, one at a time")
+    ap.add_argument("--replicas", default="", help="then N at once, e.g. 1,2,4")
     ap.add_argument(
         "--cold-timeout",
         type=float,
@@ -147,17 +246,17 @@ def main() -> int:
               "--heads", str(args.heads), "--kv-gb", str(args.kv_gb)]  # fmt: skip
     if args.smoke:
         worker = [sys.executable, str(ROOT / "tests" / "workloads" / "counter_server.py"),
-                  "127.0.0.1", str(args.port)]  # fmt: skip
+                  "0.0.0.0", str(args.port)]  # fmt: skip
     # on tmpfs: overlayfs snapshots work there even when / is itself an overlay
     node = Containerd(Path(f"/dev/shm/snapshot-gpu-{uuid.uuid4().hex[:6]}"),
                       bin_dirs=[str(shim_bin(work))])  # fmt: skip
     model = {"layers": args.layers, "width": args.width, "kv_gb": args.kv_gb}
     res: dict = {"command": " ".join(sys.argv), "machine": platform.node(), "ok": False,
                  "model": "counter (CPU smoke run)" if args.smoke else model}  # fmt: skip
-    ctl_a, ctl_b = work / "ctl-a", work / "ctl-b"
+    ctl_a = work / "ctl-a"
     args.out.mkdir(parents=True, exist_ok=True)
     ctl_a.mkdir(parents=True)
-    ctl_b.mkdir()
+    dsts: list[str] = []
     try:
         node.start()
         t0 = time.monotonic()
@@ -169,62 +268,74 @@ def main() -> int:
         res["cold_start_s"] = round(cold_s, 3)
 
         t0 = time.monotonic()
-        # as the node agent does: into the node's store, signed, bound to a namespace
-        art = node.store / NAMESPACE / f"proof-{uuid.uuid4().hex[:6]}"
-        art.parent.mkdir(parents=True, exist_ok=True)
-        ck = subprocess.run(
-            [sys.executable, "-m", "restore_runtime.cli", "checkpoint", "--container", SRC,
-             "--runc-root", str(RUNC_ROOT), "--output", str(art), "--control-dir", str(ctl_a),
-             "--sign-key", str(node.sign_key), "--namespace", NAMESPACE, "--json"],
-            capture_output=True, text=True, cwd=ROOT,
-        )  # fmt: skip
-        if ck.returncode != 0:
-            raise RuntimeError(f"checkpoint failed: {ck.stderr}")
-        res["checkpoint"] = {"seconds": round(time.monotonic() - t0, 3),
-                             "phases": json.loads(ck.stdout)["timings"],
-                             "artifact_bytes": json.loads(ck.stdout)["sizeBytes"]}  # fmt: skip
-        node.ctr("task", "rm", "-f", SRC, check=False)
-        node.ctr("container", "rm", SRC, check=False)
-
-        t0 = time.monotonic()
-        # ctr plays the CRI's part: the namespace annotation, and the webhook's two
-        restore_ann = {ARTIFACT: f"file://{art}", MANIFEST_DIGEST: json.loads(ck.stdout)[
-            "manifestDigest"], SANDBOX_NAMESPACE: NAMESPACE}  # fmt: skip
-        started = node.ctr(*run_args(ctl_b, "io.containerd.snapshot.v2", restore_ann,
-                                    args.out / "dst.log"),
-                           BUSYBOX_IMAGE, DST, *worker, check=False)  # fmt: skip
-        res["restore_start_rc"] = started.returncode
-        res["restore_start_stderr"] = started.stderr[-2000:]
-        restore_s, digest = first_response("127.0.0.1", args.port, t0, 300)
-        if args.smoke:  # the counter's answer changes with every request; its digest does not
-            digest, ref = state_digest(digest), state_digest(ref)
-        report = json.loads((ctl_b / RESTORE_REPORT).read_text())
-        res["restore"] = {"first_response_s": round(restore_s, 3), "identical": digest == ref,
-                          "report": report}  # fmt: skip
-        ex = node.ctr("task", "exec", "--exec-id", "probe", DST, "sh", "-c", "echo $((6*7))",
-                      check=False)  # fmt: skip
-        res["exec_in_restored"] = ex.stdout.strip()
-        node.ctr("task", "kill", "-s", "KILL", DST, check=False)
-        time.sleep(2)
-        res["task_after_kill"] = node.ctr("task", "ls", check=False).stdout
-        rm = node.ctr("task", "rm", "-f", DST, check=False)
-        res["delete_rc"] = rm.returncode
-        res["summary"] = {
-            "outcome": report["outcome"],
-            "restore_vs_cold": round(cold_s / restore_s, 2),
-            "identical": digest == ref,
-            "exec_ok": res["exec_in_restored"] == "42",
+        art, ck = checkpoint(node, SRC, ctl_a)
+        res["checkpoint"] = {
+            "seconds": round(time.monotonic() - t0, 3),
+            "phases": ck["timings"],
+            "artifact_bytes": ck["sizeBytes"],
         }
-        res["ok"] = (report["outcome"] == "restored" and digest == ref
-                     and res["exec_in_restored"] == "42")  # fmt: skip
+        remove(node, SRC)
+        try:
+            res["pages"] = pages.stats(art / "criu")
+        except Exception as e:  # a figure, not the proof
+            res["pages"] = {"error": f"{type(e).__name__}: {e}"}
+
+        restores = []
+        for i in range(args.restores):
+            dst = f"{DST}-{i}"
+            dsts.append(dst)
+            ctl_b = work / f"ctl-{dst}"
+            ctl_b.mkdir()
+            t0, wall0 = time.monotonic(), time.time()
+            started = node.ctr(*run_args(ctl_b, RUNTIME_TYPE, restore_annotations(art, ck),
+                                        args.out / f"{dst}.log"),
+                               BUSYBOX_IMAGE, dst, *worker, check=False)  # fmt: skip
+            restore_s, digest = first_response("127.0.0.1", args.port, t0, 300)
+            wall1 = time.time()
+            if args.smoke:  # the counter's answer changes with every request; its digest not
+                digest, ref = state_digest(digest), state_digest(ref)
+            report = json.loads((ctl_b / RESTORE_REPORT).read_text())
+            one = {"first_response_s": round(restore_s, 3), "identical": digest == ref,
+                   "start_rc": started.returncode, "start_stderr": started.stderr[-2000:],
+                   "report": report}  # fmt: skip
+            if log := shim_log_of(dst):
+                one["timeline"] = timeline(wall0, wall1, log, report)
+            ex = node.ctr("task", "exec", "--exec-id", "probe", dst, "sh", "-c",
+                          "echo $((6*7))", check=False)  # fmt: skip
+            one["exec_in_restored"] = ex.stdout.strip()
+            node.ctr("task", "kill", "-s", "KILL", dst, check=False)
+            time.sleep(2)
+            one["task_after_kill"] = node.ctr("task", "ls", check=False).stdout
+            one["delete_rc"] = node.ctr("task", "rm", "-f", dst, check=False).returncode
+            restores.append(one)
+        res["restores"] = restores
+        first = restores[0]
+        res["restore"] = first  # the headline, named as in earlier results
+        ok = [r["report"]["outcome"] == "restored" and r["identical"]
+              and r["exec_in_restored"] == "42" for r in restores]  # fmt: skip
+        pages_bytes = res["pages"].get("bytes")
+        res["summary"] = {
+            "outcome": first["report"]["outcome"],
+            "restore_vs_cold": round(cold_s / first["first_response_s"], 2),
+            "identical": all(r["identical"] for r in restores),
+            "exec_ok": all(r["exec_in_restored"] == "42" for r in restores),
+            "page_restore_gb_s": [round(pages_bytes / r["report"]["timings"]["criu"] / 1e9, 2)
+                                  for r in restores] if pages_bytes else None,
+        }  # fmt: skip
+        res["ok"] = all(ok)
+        if args.replicas:
+            try:
+                res["concurrency"] = concurrency(node, args, worker, work)
+            except Exception as e:  # keep the rest
+                res["concurrency"] = {"error": f"{type(e).__name__}: {e}"}
     except Exception as e:  # keep what was measured
         res["error"] = f"{type(e).__name__}: {e}"
     finally:
-        for c in (SRC, DST):
-            node.ctr("task", "rm", "-f", c, check=False)
-            node.ctr("container", "rm", c, check=False)
-        for f in Path("/run/containerd/snapshot-shim").glob(f"*/shim-{DST}.log"):
-            shutil.copy(f, args.out / f"{args.name}-{f.name}")
+        for c in (SRC, *dsts):
+            remove(node, c)
+        for c in dsts:
+            if log := shim_log_of(c):
+                shutil.copy(log, args.out / f"{args.name}-{log.name}")
         try:
             node.stop()
         except Exception as e:  # the result matters more than a tidy machine

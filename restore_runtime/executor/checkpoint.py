@@ -23,6 +23,7 @@ from ..artifact.pack import Staging, describe_files, write_manifest
 from ..compat import host_info
 from ..contracts.manifest import CHUNK_SIZE, CRIU_DIR, Compat, Cuda, Manifest, Network, Source
 from ..criu import runner
+from ..criu.sparse import elide_zero_pages
 from ..errors import CudaError, SnapshotError
 from ..netns import global_addresses
 from ..progress import Progress
@@ -51,6 +52,8 @@ class CheckpointRequest:
     pod_snapshot_uid: str | None = None
     container: str | None = None
     image_digest: str | None = None
+    #: keep the zero pages CRIU dumped (criu/sparse.py drops them by default)
+    keep_zero_pages: bool = False
 
 
 @dataclass
@@ -163,6 +166,11 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
             with timer.phase("resume"):
                 _give_back(req, gpu, quiesced)
         with timer.phase("pack"):
+            if not req.keep_zero_pages:
+                with timer.step("sparse"):
+                    sparse = elide_zero_pages(images)
+                log.info("left out %d of %d dumped pages: zero pages of private anonymous "
+                         "memory", sparse.dropped, sparse.pages)  # fmt: skip
             dumper.pack_extra(staging.dir)
             files = describe_files(staging.dir, CHUNK_SIZE, progress=progress.add_bytes)
         manifest = Manifest(
