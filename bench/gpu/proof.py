@@ -12,7 +12,6 @@ with the source's output before its checkpoint.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -27,6 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
 
 from devnode.probe import first_response  # noqa: E402
 from restore_runtime.contracts.handshake import RESTORE_COMPLETE, RestoreComplete  # noqa: E402
@@ -125,24 +125,14 @@ def sparse_copy(art: Path, dst: Path, res: dict) -> Path:
 
 
 def thp_trial(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dict:
-    """The raw path again with transparent huge pages set to ``always`` (the node tuning a
-    cluster admin can choose), the host's setting put back after. CRIU restores a process's
-    madvise() bits only after it has copied its pages, so under the usual ``madvise`` mode
-    every page of the copy is a 4 KiB fault."""
-    knob = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    """The raw path again with transparent huge pages ``always`` (bench/gpu/thp.py)."""
+    import thp
+
     try:
-        before = knob.read_text().split("[")[1].split("]")[0]
-    except (OSError, IndexError) as e:
-        return {"error": f"no THP setting to read: {e}"}
-    try:
-        knob.write_text("always")
-        out = raw_restore(art, ctl, work, port, expect)
+        with thp.always() as before:
+            return {"host_setting": before, **raw_restore(art, ctl, work, port, expect)}
     except Exception as e:
-        out = {"error": f"{type(e).__name__}: {e}"}
-    finally:
-        with contextlib.suppress(OSError):
-            knob.write_text(before)
-    return {"host_setting": before, **out}
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def restore_once(art: Path, ctl: Path, port: int, expect: str, pidfile: Path) -> dict:

@@ -7,8 +7,10 @@
 #
 #   bash bench/gpu/run-sizes.sh 0.35b 1.3b      # then 6.65b in a second call (10 min each)
 #   SHIM_ONLY=1 bash bench/gpu/run-sizes.sh 6.65b   # the shim path alone
-#   REPLICAS=1,2,4 SHIM_TIMEOUT=420 PROOF_FLAGS=--thp-trial bash bench/gpu/run-sizes.sh 1.3b
-#       # also N replicas at once on one GPU; the raw path also with huge pages 'always'
+#   SHIM_FLAGS="--replicas 1,2,4 --thp-trial" SHIM_TIMEOUT=420 \
+#     PROOF_FLAGS="--sparse-trial --thp-trial" bash bench/gpu/run-sizes.sh 1.3b
+#       # also N replicas at once on one GPU, and a restore with huge pages 'always'; the raw
+#       # path with and without zero pages in the image
 set -uo pipefail
 eval "$(bash bench/gpu/setup-device.sh | tail -1)"
 mkdir -p /opt/node
@@ -51,7 +53,7 @@ for size in "$@"; do
   mkdir -p "$work"
   port=$((port + 2))
   timeout -s INT "${SHIM_TIMEOUT:-280}" python3 bench/gpu/shim_proof.py --out "$work" \
-    --port "$port" "${model[@]}" --name "gpu-shim-proof-$size" ${REPLICAS:+--replicas "$REPLICAS"} \
+    --port "$port" "${model[@]}" --name "gpu-shim-proof-$size" ${SHIM_FLAGS:-} \
     2>&1 | tee "$work/shim_proof.log" | tail -8
   cp "$work/gpu-shim-proof-$size.json" "$OUT/"
   grep -h "step \|phase " "$work"/*shim*.log 2>/dev/null | tail -12

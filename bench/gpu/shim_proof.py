@@ -37,6 +37,7 @@ sys.path.insert(0, str(HERE))
 
 import pages  # noqa: E402  (bench/gpu, beside this file)
 import replicas  # noqa: E402
+import thp  # noqa: E402
 
 from devnode import workloads  # noqa: E402
 from devnode.containerd import BUSYBOX_IMAGE, RUNC_ROOT, Containerd  # noqa: E402
@@ -173,6 +174,36 @@ def timeline(started: float, answered: float, shim_log: Path, report: dict) -> d
             "restore_to_first_answer_s": round(answered - done, 3)}  # fmt: skip
 
 
+def restore_one(node: Containerd, args, art: Path, ck: dict, dst: str, work: Path,
+                worker: list[str], ref: str) -> dict:  # fmt: skip
+    """One restore through the shim, timed from ``ctr run`` to the first answer; then exec
+    into it, kill and delete it as any container."""
+    ctl = work / f"ctl-{dst}"
+    ctl.mkdir()
+    t0, wall0 = time.monotonic(), time.time()
+    started = node.ctr(*run_args(ctl, RUNTIME_TYPE, restore_annotations(art, ck),
+                                args.out / f"{dst}.log"),
+                       BUSYBOX_IMAGE, dst, *worker, check=False)  # fmt: skip
+    restore_s, digest = first_response("127.0.0.1", args.port, t0, 300)
+    wall1 = time.time()
+    if args.smoke:  # the counter's answer changes with every request; its digest does not
+        digest, ref = state_digest(digest), state_digest(ref)
+    report = json.loads((ctl / RESTORE_REPORT).read_text())
+    one = {"first_response_s": round(restore_s, 3), "identical": digest == ref,
+           "start_rc": started.returncode, "start_stderr": started.stderr[-2000:],
+           "report": report}  # fmt: skip
+    if log := shim_log_of(dst):
+        one["timeline"] = timeline(wall0, wall1, log, report)
+    ex = node.ctr("task", "exec", "--exec-id", "probe", dst, "sh", "-c", "echo $((6*7))",
+                  check=False)  # fmt: skip
+    one["exec_in_restored"] = ex.stdout.strip()
+    node.ctr("task", "kill", "-s", "KILL", dst, check=False)
+    time.sleep(2)
+    one["task_after_kill"] = node.ctr("task", "ls", check=False).stdout
+    one["delete_rc"] = node.ctr("task", "rm", "-f", dst, check=False).returncode
+    return one
+
+
 def shim_log_of(container: str) -> Path | None:
     return next(Path("/run/containerd/snapshot-shim").glob(f"*/shim-{container}.log"), None)
 
@@ -229,6 +260,11 @@ def main() -> int:
     ap.add_argument("--restores", type=int, default=2, help="restores in a row, one at a time")
     ap.add_argument("--replicas", default="", help="then N at once, e.g. 1,2,4")
     ap.add_argument(
+        "--thp-trial",
+        action="store_true",
+        help="one more restore with transparent huge pages 'always'",
+    )
+    ap.add_argument(
         "--cold-timeout",
         type=float,
         default=240.0,
@@ -281,33 +317,18 @@ def main() -> int:
             res["pages"] = {"error": f"{type(e).__name__}: {e}"}
 
         restores = []
-        for i in range(args.restores):
+        for i in range(args.restores + args.thp_trial):
             dst = f"{DST}-{i}"
             dsts.append(dst)
-            ctl_b = work / f"ctl-{dst}"
-            ctl_b.mkdir()
-            t0, wall0 = time.monotonic(), time.time()
-            started = node.ctr(*run_args(ctl_b, RUNTIME_TYPE, restore_annotations(art, ck),
-                                        args.out / f"{dst}.log"),
-                               BUSYBOX_IMAGE, dst, *worker, check=False)  # fmt: skip
-            restore_s, digest = first_response("127.0.0.1", args.port, t0, 300)
-            wall1 = time.time()
-            if args.smoke:  # the counter's answer changes with every request; its digest not
-                digest, ref = state_digest(digest), state_digest(ref)
-            report = json.loads((ctl_b / RESTORE_REPORT).read_text())
-            one = {"first_response_s": round(restore_s, 3), "identical": digest == ref,
-                   "start_rc": started.returncode, "start_stderr": started.stderr[-2000:],
-                   "report": report}  # fmt: skip
-            if log := shim_log_of(dst):
-                one["timeline"] = timeline(wall0, wall1, log, report)
-            ex = node.ctr("task", "exec", "--exec-id", "probe", dst, "sh", "-c",
-                          "echo $((6*7))", check=False)  # fmt: skip
-            one["exec_in_restored"] = ex.stdout.strip()
-            node.ctr("task", "kill", "-s", "KILL", dst, check=False)
-            time.sleep(2)
-            one["task_after_kill"] = node.ctr("task", "ls", check=False).stdout
-            one["delete_rc"] = node.ctr("task", "rm", "-f", dst, check=False).returncode
-            restores.append(one)
+            if i < args.restores:
+                restores.append(restore_one(node, args, art, ck, dst, work, worker, ref))
+                continue
+            try:  # the node tuning: transparent huge pages "always"
+                with thp.always() as before:
+                    one = restore_one(node, args, art, ck, dst, work, worker, ref)
+                res["restore_thp_always"] = {"host_setting": before, **one}
+            except Exception as e:  # a trial, not the proof
+                res["restore_thp_always"] = {"error": f"{type(e).__name__}: {e}"}
         res["restores"] = restores
         first = restores[0]
         res["restore"] = first  # the headline, named as in earlier results

@@ -133,13 +133,16 @@ class Restore:
             if req.require_signature and req.verify_key is None:
                 raise SnapshotError("signed artifacts are required, but no verify key is set "
                                     "(the node's SNAPSHOT_VERIFY_KEY)")  # fmt: skip
-            manifest, problems, jobs = plan(self.artifact, req.verify_key)
+            with self.timer.step("plan"):  # manifest, signature, paths, sizes
+                manifest, problems, jobs = plan(self.artifact, req.verify_key)
             if problems or manifest is None:
                 raise VerificationError(problems)
             if bound:
                 binding.for_namespace(manifest, req.namespace or "")
             pages = [j for j in jobs if _PAGE_IMAGE.match(j.entry.path)]
-            if problems := check_digests([j for j in jobs if j not in pages]):
+            with self.timer.step("hash-core"):
+                problems = check_digests([j for j in jobs if j not in pages])
+            if problems:
                 raise VerificationError(problems)
             if req.oci_spec is not None:
                 # on the verified core images, before the page hashing starts: its threads
