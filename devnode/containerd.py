@@ -183,11 +183,12 @@ class Containerd:
     def binary(self) -> str:
         return str(CONTAINERD2 / "usr/bin/containerd") if self.major == 2 else "containerd"
 
-    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def ctr(self, *args: str, check: bool = True,
+            timeout: float | None = None) -> subprocess.CompletedProcess:  # fmt: skip
         ctr = str(CONTAINERD2 / "usr/bin/ctr") if self.major == 2 else "ctr"
         return subprocess.run(
             [ctr, "--address", self.address, "-n", NAMESPACE, *args],
-            capture_output=True, text=True, check=check, env=self.env(),
+            capture_output=True, text=True, check=check, env=self.env(), timeout=timeout,
         )  # fmt: skip
 
     def stop(self) -> None:

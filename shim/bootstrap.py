@@ -156,34 +156,6 @@ def dump_stacks() -> None:
             handler.stream.flush()
 
 
-def warm_up_restore(bundle: Path) -> None:
-    """When the pod restores (its annotations reach the sandbox's spec too, and the shim
-    starts for the sandbox), import the engine's heavy modules on a thread while containerd
-    connects and creates the containers: otherwise they are imported when StartContainer
-    arrives, on the restore's critical path (0.3 s on a GPU node). Only a speed-up: a module
-    that fails to import here fails again, and is reported, in the restore itself."""
-    from restore_runtime.contracts.annotations import ARTIFACT
-
-    try:
-        spec = json.loads((bundle / "config.json").read_text())
-    except (OSError, ValueError):
-        return
-    if ARTIFACT not in (spec.get("annotations") or {}):
-        return
-
-    def imports() -> None:
-        import importlib
-
-        for name in ("restore_runtime.executor", "restore_runtime.criu.creds",
-                     "restore_runtime.artifact.signing", "pycriu.images", "pyroute2"):  # fmt: skip
-            with contextlib.suppress(Exception):
-                importlib.import_module(name)
-
-    import threading
-
-    threading.Thread(target=imports, name="warm-up", daemon=True).start()
-
-
 async def serve(args: argparse.Namespace) -> None:
     import asyncio
 
@@ -198,7 +170,6 @@ async def serve(args: argparse.Namespace) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     # kept beside the runc logs, outside the bundle that containerd removes on delete
     _setup_logging(workdir / f"shim-{args.id}.log", args.debug)
-    warm_up_restore(Path.cwd())  # the bundle of the container the shim was started for
     become_subreaper()
     reaper = Reaper()
     reaper.start()

@@ -270,6 +270,11 @@ def main() -> None:
         action="store_true",
         help="the raw path once more with transparent huge pages 'always'",
     )
+    ap.add_argument(
+        "--sparse-trial",
+        action="store_true",
+        help="checkpoint with the zero pages; the raw path also without them",
+    )
     ap.add_argument("--name", default="gpu-proof")
     args = ap.parse_args()
     res = {"command": " ".join(sys.argv), "machine": platform.node(),

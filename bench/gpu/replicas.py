@@ -82,9 +82,14 @@ def round_of(n: int, start: Callable[[str, str], subprocess.CompletedProcess],
     nets = {c: netns_add(f"snap-{c}") for c in names}
     try:
         t0 = time.monotonic()
-        with cf.ThreadPoolExecutor(n * 2) as pool:
-            started = list(pool.map(lambda c: start(c, nets[c]), names))
-            answers = list(pool.map(lambda c: answer_in(nets[c], port, t0, 300), names))
+        try:
+            with cf.ThreadPoolExecutor(n * 2) as pool:
+                started = list(pool.map(lambda c: start(c, nets[c]), names))
+                answers = list(pool.map(lambda c: answer_in(nets[c], port, t0, 150), names))
+        except Exception as e:  # what each replica reported says why
+            return {"replicas": n, "error": f"{type(e).__name__}: {e}",
+                    "after_s": round(time.monotonic() - t0, 1),
+                    "reports": [report_of(c) for c in names]}  # fmt: skip
         reports = [report_of(c) for c in names]
         firsts = [round(s, 3) for s, _ in answers]
         return {

@@ -151,8 +151,12 @@ def restore_annotations(art: Path, ck: dict) -> dict[str, str]:
 
 
 def remove(node: Containerd, container: str) -> None:
-    node.ctr("task", "rm", "-f", container, check=False)
-    node.ctr("container", "rm", container, check=False)
+    """Kill and delete a container; a hung call is noted, not waited on for ever."""
+    for args in (("task", "rm", "-f", container), ("container", "rm", container)):
+        try:
+            node.ctr(*args, check=False, timeout=60)
+        except subprocess.TimeoutExpired:
+            print(f"ctr {' '.join(args)}: no answer in 60 s", flush=True)
 
 
 def _log_time(line: str) -> float:
@@ -231,9 +235,11 @@ def concurrency(node: Containerd, args, worker: list[str], work: Path) -> dict:
         d.mkdir()
         run = run_args(d, RUNTIME_TYPE, restore_annotations(art, ck), args.out / f"{c}.log",
                        netns)  # fmt: skip
-        return node.ctr(*run, BUSYBOX_IMAGE, c, *worker, check=False)
+        return node.ctr(*run, BUSYBOX_IMAGE, c, *worker, check=False, timeout=180)
 
     def report_of(c: str) -> dict:
+        if log := shim_log_of(c):  # kept whatever the round's outcome
+            shutil.copy(log, args.out / f"{args.name}-{log.name}")
         try:
             return json.loads((work / f"ctl-{c}" / RESTORE_REPORT).read_text())
         except (OSError, ValueError):
