@@ -39,9 +39,12 @@ from restore_runtime.errors import SnapshotError
 log = logging.getLogger("snapshot.install")
 
 SHIM_NAME = "containerd-shim-snapshot-v2"
-# what the shim never imports: tests, GUI, the base installation's own packages
-STDLIB_SKIP = shutil.ignore_patterns("__pycache__", "test", "tests", "idlelib", "tkinter",
-                                     "turtledemo", "ensurepip", "site-packages")  # fmt: skip
+# what the shim never imports: tests, GUI, the base installation's own packages. Compiled
+# bytecode (__pycache__) is copied with the sources, whose times copy2 keeps, so it stays
+# valid: without it every shim start compiles what it imports (the engine alone took 0.45 s
+# on a GPU node), or, where the host's prefix is read-only, every one of them does.
+STDLIB_SKIP = shutil.ignore_patterns("test", "tests", "idlelib", "tkinter", "turtledemo",
+                                     "ensurepip", "site-packages")  # fmt: skip
 
 
 def runtime_table(config_version: int, handler: str = runtime.HANDLER) -> str:
@@ -142,8 +145,7 @@ def install(
         else:
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
-    shutil.copytree(site, staging / "site-packages", symlinks=False,
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(site, staging / "site-packages", symlinks=False)
     key = None
     if verify_key is not None or sign_key is not None:
         (staging / "keys").mkdir()

@@ -17,4 +17,7 @@ chmod +x "$prefix/criu"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl
 ln -sfn "$prefix/usr/lib/python3/dist-packages/pycriu" /tmp/site/pycriu
+# Bytecode ahead, as the node installer ships it (this machine sets PYTHONDONTWRITEBYTECODE:
+# without it every import compiles from source, 0.45 s for the engine alone).
+python3 -m compileall -q -j 0 -x '/\.git/' /tmp/site "$PWD" >/dev/null || true
 echo "export SNAPSHOT_CRIU=$prefix/criu PYTHONPATH=/tmp/site:$PWD"

@@ -150,6 +150,19 @@ def restore_annotations(art: Path, ck: dict) -> dict[str, str]:
             SANDBOX_NAMESPACE: NAMESPACE}  # fmt: skip
 
 
+def stop(node: Containerd, container: str) -> None:
+    """SIGKILL a running task and wait until it is seen stopped (a GPU process can take
+    seconds to release the device), then delete it."""
+    node.ctr("task", "kill", "-s", "KILL", container, check=False, timeout=30)
+    for _ in range(60):
+        ls = node.ctr("task", "ls", check=False, timeout=30).stdout
+        if not any(line.split()[:1] == [container] and "RUNNING" in line
+                   for line in ls.splitlines()):  # fmt: skip
+            break
+        time.sleep(0.5)
+    remove(node, container)
+
+
 def remove(node: Containerd, container: str) -> None:
     """Kill and delete a container; a hung call is noted, not waited on for ever."""
     for args in (("task", "rm", "-f", container), ("container", "rm", container)):
@@ -250,7 +263,7 @@ def concurrency(node: Containerd, args, worker: list[str], work: Path) -> dict:
 
     rounds = replicas.curve([int(n) for n in args.replicas.split(",")], start=start,
                             port=args.port, same=same, report_of=report_of, run=RUN,
-                            cleanup=lambda c: remove(node, c))  # fmt: skip
+                            cleanup=lambda c: stop(node, c))  # fmt: skip
     return {"cold_start_s": round(cold_s, 3), "rounds": rounds}
 
 

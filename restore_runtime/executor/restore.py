@@ -94,7 +94,7 @@ class Restore:
         self.artifact = req.artifact.absolute()
         self.timer = PhaseTimer(self.progress.phase)
         self.work = Path(tempfile.mkdtemp(prefix="snapshot-restore-"))
-        self._pool = ThreadPoolExecutor(3)
+        self._pool = ThreadPoolExecutor(2)
         self._late: Future | None = None
         self._cuda: Future | None = None
         self.manifest: Manifest | None = None
@@ -123,10 +123,6 @@ class Restore:
             # Opening the CUDA driver (cuInit, ~0.2s) overlaps hashing and CRIU. The unverified
             # manifest only decides whether to open it; nothing else is taken from it.
             self._cuda = self._pool.submit(_open_cuda, self.artifact)
-            # A target namespace's addresses are the host's facts, not the artifact's: read
-            # them (and import pyroute2, ~0.15s) while the artifact is verified.
-            target_ns = netns_path(req.netns) if req.netns else "/proc/self/ns/net"
-            addresses = self._pool.submit(global_addresses, target_ns) if req.netns else None
             self.digest = _digest_of(self.artifact)
             if bound:
                 binding.admitted(self.digest, req.admitted_digest)
@@ -168,9 +164,10 @@ class Restore:
             if req.rootfs is not None:
                 with step("rootfs"):
                     apply_rootfs_diff(self.artifact, req.rootfs)
+            target_ns = netns_path(req.netns) if req.netns else "/proc/self/ns/net"
             if manifest.network.external_netns:
                 self.netns = target_ns
-                self.new_ips = addresses.result() if addresses else global_addresses(target_ns)
+                self.new_ips = global_addresses(target_ns)
             mapping = rebind_map(manifest.network.pod_ips, self.new_ips)
             if mapping:
                 with step("rebind"):
@@ -183,7 +180,10 @@ class Restore:
                 )
         # Hashing starts only now, as CRIU is about to: its threads take the GIL back after
         # every chunk, which slowed the setup phase's Python work (the rootfs diff, imports)
-        # several-fold when they ran beside it, and CRIU's restore hides them anyway.
+        # several-fold when they ran beside it (0.64 s of setup on a GPU node, 0.03 s
+        # without), and CRIU's restore hides them anyway. Nothing Python-heavy runs beside the
+        # critical path for the same reason: a thread importing pyroute2 during verification
+        # made it 0.65 s slower there.
         self._late = self._pool.submit(check_digests, pages, None, self.progress.add_bytes)
 
     def restore_failed(self, e: SnapshotError) -> SnapshotError:

@@ -96,6 +96,12 @@ def test_install_into_a_host_root(tmp_path):
     out = subprocess.run([*cmd, "-v"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "snapshot-shim" in out.stdout
+    # the standard library's bytecode came along: no shim start compiles it
+    cached = Path(sys.base_prefix, "lib", python, "json", "__pycache__")
+    if cached.is_dir():
+        assert {f.name for f in (home / "lib" / python / "json" / "__pycache__").iterdir()} >= {
+            f.name for f in cached.iterdir()
+        }
 
     auth = tmp_path / "config.json"
     auth.write_text('{"auths": {"registry.internal": {"auth": "dTpw"}}}')
