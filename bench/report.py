@@ -1,15 +1,19 @@
 """The benchmark table and chart, from every result file in bench/results: bench-cpu.json
-(`make bench`, this machine) and gpu-bench-*.json (bench/gpu/proof.py on an H200, committed).
+(`make bench`, this machine), gpu-shim-proof-*.json (bench/gpu/shim_proof.py: containerd + the
+shim on an H200, committed; with its huge-pages trial and replicas at once when it ran them)
+and gpu-bench-*.json (bench/gpu/proof.py: snapshotctl on an H200, committed).
 
     python -m bench.report [--results bench/results]
 
 Writes bench.md (the table in the layout of the published Snapshot table, plus concurrency
-and restore phases), bench.json (the same rows) and bench.png (cold start vs restore)."""
+and restore phases), bench.json (the same rows) and bench.png (cold start vs restore, and
+the slowest of N restores at once)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,7 +53,7 @@ def gpu_rows(results: Path) -> list[Row]:
         phases = d["restore"][0]["phases"]
         rows.append(Row(
             model=f"GPT-2-shaped {d['model']['params'] / 1e9:.2f} B (random weights)",
-            engine="PyTorch torch.compile + CUDA graphs",
+            engine=f"{GPU}, snapshotctl",
             parallelism="1x H200",
             weights_gb=round(d["model"]["params"] * 2 / 1e9, 2),  # bfloat16
             checkpoint_gb=round(d["checkpoint"]["artifact_bytes"] / 1e9, 2),
@@ -65,6 +69,60 @@ def gpu_rows(results: Path) -> list[Row]:
                               if k in ("verify", "setup", "criu", "cuda", "wake")},
         ))  # fmt: skip
     return rows
+
+
+SHIM_PROOF = re.compile(r"^gpu-shim-proof-[\d.]+b\.json$")
+GPU = "PyTorch torch.compile + CUDA graphs"
+
+
+def _shim_results(results: Path) -> list[tuple[Path, dict]]:
+    out = []
+    for f in sorted(results.glob("gpu-shim-proof-*.json"), key=lambda p: _params(p)):
+        d = json.loads(f.read_text())
+        if SHIM_PROOF.match(f.name) and d.get("ok"):
+            out.append((f, d))
+    return out
+
+
+def shim_rows(results: Path) -> list[Row]:
+    """The production path: one row per size, and one more where the huge-pages trial ran."""
+    rows = []
+    for f, d in _shim_results(results):
+        runs = [("", d["restore"])]
+        if (thp := d.get("restore_thp_always", {})).get("identical"):
+            runs.append((", huge pages always", thp))
+        for label, r in runs:
+            timings = r["report"]["timings"]
+            rows.append(Row(
+                model=f"GPT-2-shaped {d['model']['params'] / 1e9:.2f} B (random weights)",
+                engine=f"{GPU}, containerd + shim{label}",
+                parallelism="1x H200",
+                weights_gb=round(d["model"]["params"] * 2 / 1e9, 2),  # bfloat16
+                checkpoint_gb=round(d["checkpoint"]["artifact_bytes"] / 1e9, 2),
+                checkpoint_s=round(d["checkpoint"]["phases"]["total"], 2),
+                cold_start_s=round(d["cold_start_s"], 2),
+                cold_start_warm_cache_s=None,
+                restore_s=round(r["first_response_s"], 2),
+                speedup=round(d["cold_start_s"] / r["first_response_s"], 1),
+                speedup_vs_warm_cache=None,
+                correct=r["identical"],
+                source=f.name,
+                restore_phases_s={k: round(v, 2) for k, v in timings.items()
+                                  if k in ("verify", "setup", "criu", "cuda", "wake")},
+            ))  # fmt: skip
+    return rows
+
+
+def gpu_concurrency(results: Path) -> dict[str, dict[str, float]]:
+    """model -> N -> the slowest replica's first answer (s), where replicas were run."""
+    out = {}
+    for _, d in _shim_results(results):
+        rounds = d.get("concurrency", {}).get("rounds", {})
+        ok = {n: r["slowest_first_response_s"] for n, r in rounds.items()
+              if r.get("all_identical")}  # fmt: skip
+        if ok:
+            out[f"GPT-2-shaped {d['model']['params'] / 1e9:.2f} B, 1x H200"] = ok
+    return out
 
 
 def _params(path: Path) -> int:
@@ -105,7 +163,7 @@ def fmt(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def markdown(rows: list[Row], cpu: dict) -> str:
+def markdown(rows: list[Row], cpu: dict, gpu_n: dict[str, dict[str, float]]) -> str:
     head = ["model", "engine", "parallelism", "weights GB", "checkpoint GB", "checkpoint s",
             "cold start s", "cold start, warm compile cache s", "restore s", "speed-up",
             "speed-up vs warm cache", "first answer correct"]  # fmt: skip
@@ -117,13 +175,19 @@ def markdown(rows: list[Row], cpu: dict) -> str:
                  if r.speedup_vs_warm_cache else None, r.correct]  # fmt: skip
         out.append("| " + " | ".join(fmt(c) for c in cells) + " |")
     out += ["", "Restore phases (seconds; the shim's or snapshotctl's report):", "",
-            "| model | verify | setup | criu | cuda | wake |",
+            "| model, path | verify | setup | criu | cuda | wake |",
             "|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         p = r.restore_phases_s
-        out.append(f"| {r.model} | " + " | ".join(fmt(p.get(k)) for k in
-                                                   ("verify", "setup", "criu", "cuda", "wake"))
-                   + " |")  # fmt: skip
+        path = r.engine.split(", ", 1)[-1]
+        cells = " | ".join(fmt(p.get(k)) for k in ("verify", "setup", "criu", "cuda", "wake"))
+        out.append(f"| {r.model}, {path} | {cells} |")
+    if gpu_n:
+        out += ["", "Replicas restored at once from one artifact on one GPU (containerd + "
+                "the shim; seconds to the slowest replica's first bitwise-identical answer):",
+                "", "| model | N | slowest |", "|---|---|---|"]  # fmt: skip
+        for model, curve in gpu_n.items():
+            out += [f"| {model} | {n} | {s:g} |" for n, s in curve.items()]
     if cpu:
         out += ["", "Concurrent restores from one artifact (CPU, pods through containerd; "
                 "seconds to the first correct answer, all pods started at once):", "",
@@ -146,8 +210,10 @@ def markdown(rows: list[Row], cpu: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def chart(rows: list[Row], path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(10, 0.9 * len(rows) + 1.5))
+def chart(rows: list[Row], curves: dict[str, dict[str, float]], path: Path) -> None:
+    """Cold start vs restore per row; beside it, the slowest of N restores at once."""
+    fig, (ax, cx) = plt.subplots(1, 2, figsize=(15, 0.9 * len(rows) + 1.5),
+                                 gridspec_kw={"width_ratios": [3, 1]})  # fmt: skip
     y = range(len(rows))
     h = 0.27
     ax.barh([i - h for i in y], [r.cold_start_s for r in rows], h, label="cold start",
@@ -160,11 +226,20 @@ def chart(rows: list[Row], path: Path) -> None:
         ax.text(r.restore_s, i + h, f"  {r.restore_s:g}s ({r.speedup:g}x)", va="center",
                 fontsize=8)  # fmt: skip
         ax.text(r.cold_start_s, i - h, f"  {r.cold_start_s:g}s", va="center", fontsize=8)
-    ax.set_yticks(list(y), [f"{r.model}\n{r.engine}" for r in rows], fontsize=8)
+    ax.set_yticks(list(y), [f"{r.model}\n{r.engine}" for r in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("seconds to the first correct response")
     ax.set_title("Cold start vs restore from a snapshot")
     ax.legend(loc="lower right", fontsize=8)
+    for label, curve in curves.items():
+        ns = [int(n) for n in curve]
+        cx.plot(ns, list(curve.values()), marker="o", label=label)
+    cx.set_xticks([1, 2, 4])
+    cx.set_ylim(bottom=0)
+    cx.set_xlabel("restores at once from one artifact")
+    cx.set_ylabel("slowest first correct answer, s")
+    cx.set_title("Replicas at once")
+    cx.legend(fontsize=6, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -175,13 +250,20 @@ def main() -> int:
     ap.add_argument("--results", type=Path, default=Path("bench/results"))
     args = ap.parse_args()
     cpu, cpu_data = cpu_rows(args.results)
-    rows = gpu_rows(args.results) + cpu
+    rows = shim_rows(args.results) + gpu_rows(args.results) + cpu
     if not rows:
         raise SystemExit(f"no results in {args.results}: run `make bench` first")
-    (args.results / "bench.md").write_text(markdown(rows, cpu_data))
+    gpu_n = gpu_concurrency(args.results)
+    curves = dict(gpu_n)
+    for w in cpu_data.get("workloads", {}).values():
+        curves[f"{w['description']}, {cpu_data['machine']['cpus']} vCPU"] = {
+            n: c["max"] for n, c in w["concurrency"].items()
+        }
+    text = markdown(rows, cpu_data, gpu_n)
+    (args.results / "bench.md").write_text(text)
     (args.results / "bench.json").write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
-    chart(rows, args.results / "bench.png")
-    print(markdown(rows, cpu_data))
+    chart(rows, curves, args.results / "bench.png")
+    print(text)
     return 0
 
 

@@ -28,6 +28,8 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
+from model_size import gpt_params  # noqa: E402
+
 from devnode.probe import first_response  # noqa: E402
 from restore_runtime.contracts.handshake import RESTORE_COMPLETE, RestoreComplete  # noqa: E402
 from restore_runtime.criu import options  # noqa: E402
@@ -147,12 +149,6 @@ def restore_once(art: Path, ctl: Path, port: int, expect: str, pidfile: Path) ->
     kill_tree(pid)
     return {"first_response_s": round(t, 3), "identical": d == expect, "phases": rep["timings"],
             "gpu_used_after_restore": used}  # fmt: skip
-
-
-def gpt_params(layers: int, width: int, vocab: int = 50257, positions: int = 1024) -> int:
-    """Parameters of worker.py's model: embeddings (tied output) + per block 12 d^2 + 13 d
-    (qkv, proj, fc, out with biases, two LayerNorms) + the final LayerNorm."""
-    return (vocab + positions) * width + layers * (12 * width * width + 13 * width) + 2 * width
 
 
 def port_free(port: int) -> bool:

@@ -38,6 +38,7 @@ sys.path.insert(0, str(HERE))
 import pages  # noqa: E402  (bench/gpu, beside this file)
 import replicas  # noqa: E402
 import thp  # noqa: E402
+from model_size import gpt_params  # noqa: E402
 
 from devnode import workloads  # noqa: E402
 from devnode.containerd import BUSYBOX_IMAGE, RUNC_ROOT, Containerd  # noqa: E402
@@ -305,7 +306,8 @@ def main() -> int:
     # on tmpfs: overlayfs snapshots work there even when / is itself an overlay
     node = Containerd(Path(f"/dev/shm/snapshot-gpu-{uuid.uuid4().hex[:6]}"),
                       bin_dirs=[str(shim_bin(work))])  # fmt: skip
-    model = {"layers": args.layers, "width": args.width, "kv_gb": args.kv_gb}
+    model = {"layers": args.layers, "width": args.width, "heads": args.heads,
+             "kv_gb": args.kv_gb, "params": gpt_params(args.layers, args.width)}  # fmt: skip
     res: dict = {"command": " ".join(sys.argv), "machine": platform.node(), "ok": False,
                  "model": "counter (CPU smoke run)" if args.smoke else model}  # fmt: skip
     ctl_a = work / "ctl-a"
