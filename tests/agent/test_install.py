@@ -4,6 +4,7 @@ the shim."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -136,3 +137,17 @@ def test_a_failed_containerd_restart_is_retried_by_the_next_run(tmp_path, monkey
     assert restarts.read_text() == "once\n"
     assert cli.main([*args, f"--restart-command=echo again >> {restarts}"]) == 0
     assert restarts.read_text() == "once\n", "nothing changed: no restart"
+
+
+@pytest.mark.parametrize(("text", "mode", "advised"), [
+    ("always [madvise] never\n", "madvise", True),
+    ("[always] madvise never\n", "always", False),
+    ("", None, False),
+])  # fmt: skip
+def test_huge_pages_advice(tmp_path, caplog, text, mode, advised):
+    knob = tmp_path / "enabled"
+    knob.write_text(text)
+    with caplog.at_level(logging.INFO, logger="snapshot.install"):
+        assert inst.advise_huge_pages(knob) == mode
+    assert ("transparent huge pages" in caplog.text) is advised
+    assert inst.advise_huge_pages(tmp_path / "absent") is None
