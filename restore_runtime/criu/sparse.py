@@ -14,6 +14,7 @@ with pycriu, never by hand. A process whose pagemap has anything but plain prese
 
 from __future__ import annotations
 
+import bisect
 import logging
 import mmap
 import os
@@ -73,10 +74,14 @@ def _mark_zero(m: mmap.mmap, first: int, count: int, drop: bytearray, base: int)
 
 def _spans(ranges: list[tuple[int, int]], vaddr: int, n: int) -> list[tuple[int, int]]:
     """The page-index spans [i, j) of an entry (``n`` pages at ``vaddr``) that lie in
-    ``ranges``."""
+    ``ranges`` (sorted, not overlapping: mappings)."""
     end = vaddr + n * PAGE
     out = []
-    for s, e in ranges:
+    # the first mapping that could reach the entry: a GPU worker has thousands of both
+    k = max(0, bisect.bisect_right(ranges, (vaddr, vaddr)) - 1)
+    for s, e in ranges[k:]:
+        if s >= end:
+            break
         lo, hi = max(s, vaddr), min(e, end)
         if lo < hi:
             out.append(((lo - vaddr) // PAGE, (hi - vaddr) // PAGE))
