@@ -7,22 +7,27 @@ import ctypes
 import os
 import socket
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 _SCOPE_UNIVERSE = 0
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
+T = TypeVar("T")
 
 
 def global_addresses(netns: str | None = None) -> list[str]:
     """Global-scope addresses (no loopback, no link-local), IPv4 first. ``netns`` is a name
-    under /run/netns or a path such as /proc/PID/ns/net; None means our own namespace.
+    under /run/netns or a path such as /proc/PID/ns/net; None means our own namespace."""
+    return in_netns(netns, _read_addresses) if netns else _read_addresses()
 
-    Another namespace is read from a short-lived thread that setns(2)s into it, never from
-    a forked helper (pyroute2's NetNS forks): a fork of an asyncio process, such as the shim,
-    shares its signal wake-up socket, so the helper's SIGTERM would reach the shim's loop."""
-    if not netns:
-        return _read_addresses()
-    result: list[str] = []
+
+def in_netns(netns: str, fn: Callable[[], T]) -> T:
+    """``fn()`` run inside network namespace ``netns`` (a name or a path), by a short-lived
+    thread that setns(2)s into it: only that thread moves. Never a forked helper (pyroute2's
+    NetNS forks): a fork of an asyncio process, such as the shim, shares its signal wake-up
+    socket, so the helper's SIGTERM would reach the shim's loop."""
+    result: list[T] = []
     error: list[BaseException] = []
 
     def inside() -> None:
@@ -34,8 +39,8 @@ def global_addresses(netns: str | None = None) -> list[str]:
                     raise OSError(err, f"setns {netns}: {os.strerror(err)}")
             finally:
                 os.close(fd)
-            result.extend(_read_addresses())
-        except BaseException as e:
+            result.append(fn())
+        except BaseException as e:  # handed to the caller's thread
             error.append(e)
 
     t = threading.Thread(target=inside, name="netns-reader")
@@ -43,7 +48,7 @@ def global_addresses(netns: str | None = None) -> list[str]:
     t.join()
     if error:
         raise error[0]
-    return result
+    return result[0]
 
 
 def _read_addresses() -> list[str]:

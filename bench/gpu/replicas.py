@@ -11,20 +11,13 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import ctypes
 import json
-import os
 import subprocess
-import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
 
 from devnode.probe import first_response
-
-T = TypeVar("T")
-CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
+from restore_runtime.netns import in_netns
 
 
 def netns_add(name: str) -> str:
@@ -45,33 +38,8 @@ def netns_del(name: str) -> None:
         netns.remove(name)
 
 
-def inside(netns: str, fn: Callable[[], T]) -> T:
-    """``fn()`` run by a thread that entered ``netns`` (only that thread moves)."""
-    out: list = []
-
-    def run() -> None:
-        try:
-            fd = os.open(netns, os.O_RDONLY)
-            try:
-                if _libc.setns(fd, CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), f"setns {netns}")
-            finally:
-                os.close(fd)
-            out.append((True, fn()))
-        except BaseException as e:  # handed to the caller
-            out.append((False, e))
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    ok, value = out[0]
-    if not ok:
-        raise value
-    return value
-
-
 def answer_in(netns: str, port: int, since: float, timeout: float) -> tuple[float, str]:
-    return inside(netns, lambda: first_response("127.0.0.1", port, since, timeout))
+    return in_netns(netns, lambda: first_response("127.0.0.1", port, since, timeout))
 
 
 def round_of(n: int, start: Callable[[str, str], subprocess.CompletedProcess],
