@@ -5,8 +5,8 @@ zero).
 
     python bench/gpu/pages.py ARTIFACT_DIR      # prints the JSON
 
-Reads CRIU's images with pycriu; counts zero pages with numpy, or torch where numpy is absent
-(the GPU machine has torch)."""
+Reads CRIU's images with pycriu; finds zero pages as the engine's checkpoint does
+(restore_runtime/criu/sparse.py)."""
 
 from __future__ import annotations
 
@@ -15,32 +15,11 @@ import mmap
 import sys
 from pathlib import Path
 
-PAGE = 4096
-PE_PRESENT = 1 << 2
+from restore_runtime.criu.sparse import PAGE, PE_PRESENT, VMA_ANON_PRIVATE, mark_zero
+
 #: VMA status bits (CRIU's criu/include/image.h)
-KINDS = {1 << 9: "anon-private", 1 << 6: "file-private", 1 << 7: "file-shared",
+KINDS = {VMA_ANON_PRIVATE: "anon-private", 1 << 6: "file-private", 1 << 7: "file-shared",
          1 << 8: "anon-shared"}  # fmt: skip
-#: pages counted per step: bounds the temporary arrays
-_STEP = 1 << 16
-
-
-def _zero_flags(buf: memoryview, first: int, count: int) -> list[bool]:
-    """For ``count`` pages of ``buf`` from page ``first``: is each all zero?"""
-    out: list[bool] = []
-    for s in range(first, first + count, _STEP):
-        n = min(_STEP, first + count - s)
-        chunk = buf[s * PAGE : (s + n) * PAGE]
-        try:
-            import numpy as np
-
-            words = np.frombuffer(chunk, dtype=np.uint64).reshape(n, PAGE // 8)
-            out.extend((~words.any(axis=1)).tolist())
-        except ImportError:
-            import torch
-
-            words = torch.frombuffer(chunk, dtype=torch.int64).view(n, PAGE // 8)
-            out.extend((~words.any(dim=1)).tolist())
-    return out
 
 
 def _kind(vmas: list[dict], addr: int) -> str:
@@ -66,16 +45,17 @@ def stats(criu_dir: Path) -> dict:
         if not pages.stat().st_size:
             continue
         with open(pages, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
-            buf, at = memoryview(m), 0
+            at = 0
             for e in entries[1:]:
                 if not e.get("flags", 0) & PE_PRESENT:
                     continue
                 n = e.get("nr_pages") or e["compat_nr_pages"]
                 k = kinds.setdefault(_kind(vmas, e["vaddr"]), {"pages": 0, "zero_pages": 0})
+                zero = bytearray(n)
+                mark_zero(m, at, n, zero, 0)
                 k["pages"] += n
-                k["zero_pages"] += sum(_zero_flags(buf, at, n))
+                k["zero_pages"] += zero.count(1)
                 at += n
-            buf.release()
     total = sum(k["pages"] for k in kinds.values())
     zero_anon = kinds.get("anon-private", {}).get("zero_pages", 0)
     return {

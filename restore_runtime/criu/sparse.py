@@ -59,7 +59,7 @@ def _droppable_ranges(vmas: list[dict]) -> list[tuple[int, int]]:
     return sorted(out)
 
 
-def _mark_zero(m: mmap.mmap, first: int, count: int, drop: bytearray, base: int) -> None:
+def mark_zero(m: mmap.mmap, first: int, count: int, drop: bytearray, base: int) -> None:
     """Set ``drop[base + k]`` for each zero page among ``count`` pages from page ``first``."""
     for b in range(0, count, _BLOCK):
         n = min(_BLOCK, count - b)
@@ -124,7 +124,7 @@ def _sparse_one(images, images_dir: Path, pid: str, total: Result) -> None:
             n, vaddr = e.get("nr_pages") or e["compat_nr_pages"], e["vaddr"]
             drop = bytearray(n)
             for i, j in _spans(ranges, vaddr, n):
-                _mark_zero(m, at + i, j - i, drop, i)
+                mark_zero(m, at + i, j - i, drop, i)
             dropped += drop.count(1)
             flags = e["flags"]
             runs += [(vaddr + i * PAGE, j - i, at + i, flags) for i, j in _kept_runs(drop)]
