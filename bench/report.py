@@ -42,32 +42,39 @@ class Row:
     restore_phases_s: dict[str, float]
 
 
+PHASES = ("verify", "setup", "criu", "cuda", "wake")
+
+
+def _gpu_row(d: dict, f: Path, path: str, restore_s: float, correct: bool,
+             phases: dict[str, float]) -> Row:  # fmt: skip
+    """A GPU result's row: the model and checkpoint from ``d``, the restore as given."""
+    warm = d.get("cold_start_warm_cache_s")
+    return Row(
+        model=f"GPT-2-shaped {d['model']['params'] / 1e9:.2f} B (random weights)",
+        engine=f"{GPU}, {path}",
+        parallelism="1x H200",
+        weights_gb=round(d["model"]["params"] * 2 / 1e9, 2),  # bfloat16
+        checkpoint_gb=round(d["checkpoint"]["artifact_bytes"] / 1e9, 2),
+        checkpoint_s=round(d["checkpoint"]["phases"]["total"], 2),
+        cold_start_s=round(d["cold_start_s"], 2),
+        cold_start_warm_cache_s=round(warm, 2) if warm else None,
+        restore_s=round(restore_s, 2),
+        speedup=round(d["cold_start_s"] / restore_s, 1),
+        speedup_vs_warm_cache=round(warm / restore_s, 1) if warm else None,
+        correct=correct,
+        source=f.name,
+        restore_phases_s={k: round(v, 2) for k, v in phases.items() if k in PHASES},
+    )
+
+
 def gpu_rows(results: Path) -> list[Row]:
     rows = []
     for f in sorted(results.glob("gpu-bench-*.json"), key=lambda p: _params(p)):
         d = json.loads(f.read_text())
-        if not d.get("ok"):
-            continue
-        restore = statistics.median(r["first_response_s"] for r in d["restore"])
-        warm = d.get("cold_start_warm_cache_s")
-        phases = d["restore"][0]["phases"]
-        rows.append(Row(
-            model=f"GPT-2-shaped {d['model']['params'] / 1e9:.2f} B (random weights)",
-            engine=f"{GPU}, snapshotctl",
-            parallelism="1x H200",
-            weights_gb=round(d["model"]["params"] * 2 / 1e9, 2),  # bfloat16
-            checkpoint_gb=round(d["checkpoint"]["artifact_bytes"] / 1e9, 2),
-            checkpoint_s=round(d["checkpoint"]["phases"]["total"], 2),
-            cold_start_s=round(d["cold_start_s"], 2),
-            cold_start_warm_cache_s=round(warm, 2) if warm else None,
-            restore_s=round(restore, 2),
-            speedup=round(d["cold_start_s"] / restore, 1),
-            speedup_vs_warm_cache=round(warm / restore, 1) if warm else None,
-            correct=d["summary"]["all_identical"],
-            source=f.name,
-            restore_phases_s={k: round(v, 2) for k, v in phases.items()
-                              if k in ("verify", "setup", "criu", "cuda", "wake")},
-        ))  # fmt: skip
+        if d.get("ok"):
+            restore = statistics.median(r["first_response_s"] for r in d["restore"])
+            rows.append(_gpu_row(d, f, "snapshotctl", restore, d["summary"]["all_identical"],
+                                 d["restore"][0]["phases"]))  # fmt: skip
     return rows
 
 
@@ -92,24 +99,8 @@ def shim_rows(results: Path) -> list[Row]:
         if (thp := d.get("restore_thp_always", {})).get("identical"):
             runs.append((", huge pages always", thp))
         for label, r in runs:
-            timings = r["report"]["timings"]
-            rows.append(Row(
-                model=f"GPT-2-shaped {d['model']['params'] / 1e9:.2f} B (random weights)",
-                engine=f"{GPU}, containerd + shim{label}",
-                parallelism="1x H200",
-                weights_gb=round(d["model"]["params"] * 2 / 1e9, 2),  # bfloat16
-                checkpoint_gb=round(d["checkpoint"]["artifact_bytes"] / 1e9, 2),
-                checkpoint_s=round(d["checkpoint"]["phases"]["total"], 2),
-                cold_start_s=round(d["cold_start_s"], 2),
-                cold_start_warm_cache_s=None,
-                restore_s=round(r["first_response_s"], 2),
-                speedup=round(d["cold_start_s"] / r["first_response_s"], 1),
-                speedup_vs_warm_cache=None,
-                correct=r["identical"],
-                source=f.name,
-                restore_phases_s={k: round(v, 2) for k, v in timings.items()
-                                  if k in ("verify", "setup", "criu", "cuda", "wake")},
-            ))  # fmt: skip
+            rows.append(_gpu_row(d, f, f"containerd + shim{label}", r["first_response_s"],
+                                 r["identical"], r["report"]["timings"]))  # fmt: skip
     return rows
 
 
@@ -180,7 +171,7 @@ def markdown(rows: list[Row], cpu: dict, gpu_n: dict[str, dict[str, float]]) -> 
     for r in rows:
         p = r.restore_phases_s
         path = r.engine.split(", ", 1)[-1]
-        cells = " | ".join(fmt(p.get(k)) for k in ("verify", "setup", "criu", "cuda", "wake"))
+        cells = " | ".join(fmt(p.get(k)) for k in PHASES)
         out.append(f"| {r.model}, {path} | {cells} |")
     if gpu_n:
         out += ["", "Replicas restored at once from one artifact on one GPU (containerd + "
