@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -76,3 +77,10 @@ def snapshotctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and p.returncode != 0:
         raise AssertionError(f"snapshotctl {' '.join(args)} failed ({p.returncode}):\n{p.stderr}")
     return p
+
+
+def restore_cli(art: Path, tmp: Path, *extra: str) -> tuple[int, dict]:
+    """``snapshotctl restore ART --json``: the restored root's PID and the report."""
+    pidfile = tmp / f"restored-{len(list(tmp.iterdir()))}.pid"
+    out = snapshotctl("restore", str(art), "--pidfile", str(pidfile), "--json", *extra)
+    return int(pidfile.read_text()), json.loads(out.stdout)

@@ -20,7 +20,15 @@ from restore_runtime.contracts.handshake import RESTORE_COMPLETE
 from restore_runtime.errors import CriuError, SnapshotError, VerificationError
 from restore_runtime.executor import CheckpointRequest, RestoreRequest, checkpoint, restore
 from tests.conftest import requires_criu
-from tests.helpers import BACKLOG_LISTENER, ask, connect, kill, snapshotctl, start_counter
+from tests.helpers import (
+    BACKLOG_LISTENER,
+    ask,
+    connect,
+    kill,
+    restore_cli,
+    snapshotctl,
+    start_counter,
+)
 
 pytestmark = [requires_criu, pytest.mark.root]
 
@@ -31,12 +39,6 @@ def ctl(tmp_path: Path) -> Path:
     d = tmp_path / "ctl"
     d.mkdir()
     return d
-
-
-def _restore_cli(art: Path, tmp: Path, *extra: str) -> tuple[int, dict]:
-    pidfile = tmp / f"restored-{len(list(tmp.iterdir()))}.pid"
-    out = snapshotctl("restore", str(art), "--pidfile", str(pidfile), "--json", *extra)
-    return int(pidfile.read_text()), json.loads(out.stdout)
 
 
 def flip_a_page_byte(art: Path, offset: int) -> None:
@@ -62,7 +64,7 @@ def test_state_and_listening_socket_survive(tmp_path, cleanup_pids):
     assert {"setup", "criu", "pack", "total"} <= set(result["timings"])
     assert not Path(f"/proc/{pid}").exists(), "source must be gone after a plain dump"
 
-    rpid, report = _restore_cli(art, tmp_path)
+    rpid, report = restore_cli(art, tmp_path)
     cleanup_pids.append(rpid)
     after = ask("127.0.0.1", port)
     assert after["count"] == "4", "the counter continues from the checkpoint"
@@ -82,7 +84,7 @@ def test_connection_in_the_accept_queue_does_not_fail_the_dump(tmp_path, cleanup
     art = tmp_path / "art"
     with connect("127.0.0.1", port):  # never accepted: in flight for CRIU
         snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art), "--json")
-    rpid, report = _restore_cli(art, tmp_path)
+    rpid, report = restore_cli(art, tmp_path)
     cleanup_pids.append(rpid)
     assert report["outcome"] == "restored"
     connect("127.0.0.1", port, timeout=10).close()
@@ -95,7 +97,7 @@ def test_restore_twice_from_one_artifact(tmp_path, cleanup_pids):
     art = tmp_path / "art"
     snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art))
     for _ in range(2):
-        rpid, _ = _restore_cli(art, tmp_path)
+        rpid, _ = restore_cli(art, tmp_path)
         assert ask("127.0.0.1", port)["count"] == "2"
         kill(rpid)
     # restoring left the artifact untouched: it still verifies
@@ -139,7 +141,7 @@ def test_leave_running_keeps_source_serving(tmp_path, ctl, cleanup_pids):
     assert ask("127.0.0.1", port)["count"] == "2", "the source continues after the dump"
     assert "resumed mode=resumed-in-place" in (tmp_path / f"counter-{port}.log").read_text()
     kill(pid)
-    rpid, _ = _restore_cli(art, tmp_path)
+    rpid, _ = restore_cli(art, tmp_path)
     cleanup_pids.append(rpid)
     assert ask("127.0.0.1", port)["count"] == "2", "the replica starts from the dumped state"
 
@@ -161,7 +163,7 @@ def test_signed_artifact_needs_matching_key(tmp_path, ctl, cleanup_pids):
     assert report["outcome"] == "failed" and report["failedPhase"] == "verify"
     assert "manifest.sig" in report["reason"]
     assert ask_fails(port), "nothing may run after a failed verification"
-    rpid, _ = _restore_cli(art, tmp_path, "--verify-key", str(pub))
+    rpid, _ = restore_cli(art, tmp_path, "--verify-key", str(pub))
     cleanup_pids.append(rpid)
     assert ask("127.0.0.1", port)["count"] == "1"
 

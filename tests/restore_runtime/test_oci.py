@@ -25,7 +25,7 @@ from restore_runtime.artifact.cache import IN_USE_S, ArtifactCache
 from restore_runtime.artifact.oci import OciError, OciRef, RegistryAccess
 from restore_runtime.artifact.verify import manifest_digest
 from tests.conftest import requires_criu
-from tests.helpers import ask, kill, snapshotctl, start_counter
+from tests.helpers import ask, kill, restore_cli, snapshotctl, start_counter
 
 pytestmark = [
     requires_criu,
@@ -85,10 +85,9 @@ def test_pull_into_an_empty_cache_restores_the_source_state(
     assert pulled and tree(entry) == tree(art)
     assert cache.fetch(ref, manifest_digest(art)) == (entry, False)  # warm: no registry trip
 
-    pidfile = tmp_path / "restored.pid"
-    out = snapshotctl("restore", str(entry), "--pidfile", str(pidfile), "--json")
-    cleanup_pids.append(int(pidfile.read_text()))
-    assert json.loads(out.stdout)["outcome"] == "restored"
+    rpid, report = restore_cli(entry, tmp_path)
+    cleanup_pids.append(rpid)
+    assert report["outcome"] == "restored"
     after = ask("127.0.0.1", port)
     assert after["count"] == "4" and after["digest"] == before["digest"]
 

@@ -18,7 +18,7 @@ from devnode import free_port
 from restore_runtime import sandbox
 from restore_runtime.criu import sparse
 from tests.conftest import requires_criu
-from tests.helpers import ROOT, ask, kill, snapshotctl
+from tests.helpers import ROOT, ask, restore_cli, snapshotctl
 
 pytestmark = [requires_criu, pytest.mark.root]
 
@@ -63,17 +63,14 @@ def test_zero_pages_are_left_out_and_memory_restores_the_same(tmp_path, cleanup_
     # the page file holds exactly the pages the pagemap lists
     assert _pagemap_pages(thin / "criu") * sparse.PAGE == _page_bytes(thin)
 
-    pidfile = tmp_path / "restored.pid"
-    report = json.loads(snapshotctl("restore", str(thin), "--pidfile", str(pidfile),
-                                    "--json").stdout)  # fmt: skip
-    cleanup_pids.append(int(pidfile.read_text()))
+    rpid, report = restore_cli(thin, tmp_path)
+    cleanup_pids.append(rpid)
     assert report["outcome"] == "restored"
     after = ask("127.0.0.1", port)
     assert after["anon"] == before["anon"]
     # the file mapping's zeroed page stayed zero: it was not dropped (it would read as the
     # file's bytes)
     assert after["file"] == before["file"]
-    kill(int(pidfile.read_text()))
 
 
 def test_an_image_without_zero_pages_is_left_as_it_is(tmp_path, cleanup_pids):
