@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv tools test demo cluster cluster-smoke bench bench-shim bench-oci bench-webhook kind-smoke conformance lint fmt generate clean
+.PHONY: setup system venv tools images test demo clean-node cluster cluster-smoke bench bench-shim bench-oci bench-webhook kind-smoke conformance lint fmt generate clean
 
 setup: system venv tools
 
@@ -29,8 +29,24 @@ $(STAMP): pyproject.toml scripts/link-pycriu.sh
 	bash scripts/link-pycriu.sh $(VENV)
 	touch $(STAMP)
 
-test: setup
+# the two images the cluster story and `make cluster` run (their base layers are cached outside
+# the repo, keyed by what goes in): built before any cluster starts, so the first run on a
+# machine is the same as every later one
+images: setup
+	@SNAPSHOT_PYTHON=$(PY) bash tools/build-image.sh snapshot >/dev/null
+	@SNAPSHOT_PYTHON=$(PY) bash tools/build-image.sh cpu-demo >/dev/null
+
+# lint first: a ruff error fails the tests (and CI) as any failing test does
+test: setup images
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest
+
+# what a killed demo, test run or `make cluster` left on this machine (containerd and its
+# shims, the kubelet and the control plane, their mounts, network namespaces, veths, bridges,
+# iptables chains, registries, /tmp/snapshot-*); only devnode's, never the host's services
+clean-node: venv
+	$(PY) -m devnode.sweep
 
 demo: setup
 	$(PY) -m examples.cpu_demo.run
@@ -38,12 +54,12 @@ demo: setup
 # a real one-node cluster on this machine (kube-apiserver, controller-manager, scheduler,
 # kube-proxy, containerd 2.x, kubelet) with the chart installed from images built here;
 # prints the kubeconfig and the demo image, stops everything on Ctrl-C
-cluster: setup
+cluster: setup images
 	$(PY) -m devnode.cluster
 
 # the README's Kubernetes walkthrough on that cluster, through helm and kubectl only (~5 min):
 # a table, then one JSON object as the last line
-cluster-smoke: setup
+cluster-smoke: setup images
 	SNAPSHOT_WRITE_RESULTS=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_cluster_story.py
 	$(PY) -m devnode.smoke_report
 

@@ -83,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--restart-command", metavar="CMD",
                    help="shell command that restarts the host's containerd, run when its "
                         "config changed (until it succeeds once)")  # fmt: skip
+    n.add_argument("--host-to-container", action="append", default=[], type=Path,
+                   metavar="HOST_PATH",
+                   help="a host path the agent mounts with HostToContainer propagation (the "
+                        "kubelet root, containerd's state and root): refused at once, with the "
+                        "mount named, when it is on a private mount")  # fmt: skip
     _oci_args(n)
     return p
 
@@ -156,8 +161,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_install_node(args: argparse.Namespace) -> int:
-    from .install import install
+    from .install import check_host_mounts, install
 
+    check_host_mounts(args.host_to_container)
     res = install(args.host_root, args.prefix, args.containerd_config, args.verify_key,
                   store_root=args.store, signing_required=args.signing_required,
                   sign_key=args.sign_key, bin_dir=args.bin_dir, oci=_oci_node(args))  # fmt: skip

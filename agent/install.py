@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import shutil
 import sys
 import sysconfig
@@ -35,6 +36,7 @@ from restore_runtime.artifact import signing
 from restore_runtime.contracts import runtime
 from restore_runtime.contracts.node import DEFAULT_STORE_ROOT, NodeConfig
 from restore_runtime.errors import SnapshotError
+from restore_runtime.mounts import propagation_problem
 
 log = logging.getLogger("snapshot.install")
 
@@ -101,6 +103,21 @@ def wrapper(prefix: Path, python: str, node: NodeConfig) -> str:
         f"{env}"
         f'exec "{exe}" {flag} "{boot}" "$@"\n'
     )
+
+
+def check_host_mounts(paths: list[Path], mountinfo: str = "/proc/1/mountinfo") -> None:
+    """Refuse to install when the agent's container could not start: containerd fails a
+    HostToContainer mount of a path on a private mount with a bare CreateContainerError,
+    after the init container has already succeeded. ``mountinfo``: the host's, as seen
+    with ``hostPID``."""
+    if not paths:
+        return
+    if not os.access(mountinfo, os.R_OK):
+        log.warning("cannot read %s (no hostPID?): mount propagation not checked", mountinfo)
+        return
+    problems = [why for p in paths if (why := propagation_problem(p, mountinfo))]
+    if problems:
+        raise SnapshotError("; ".join(problems))
 
 
 @dataclass

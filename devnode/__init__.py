@@ -4,11 +4,25 @@ for the demo and the integration tests. Nothing here is part of the product."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+#: every process devnode starts (containerd and the shims it starts, the kubelet, the control
+#: plane, registries) inherits this variable, naming the run that owns it: once that run is
+#: gone (killed), ``python -m devnode.sweep`` knows what it left
+OWNER_ENV = "SNAPSHOT_DEVNODE_OWNER"
+os.environ[OWNER_ENV] = str(os.getpid())
+#: a file in each directory devnode makes under /tmp, naming the run that owns it
+OWNER_FILE = "devnode-owner.pid"
+
+
+def claim(directory: Path) -> None:
+    """Mark ``directory`` as this run's, for the sweep."""
+    (directory / OWNER_FILE).write_text(f"{os.getpid()}\n")
 
 
 def free_port() -> int:

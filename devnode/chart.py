@@ -3,8 +3,10 @@ installed into devnode's cluster."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,6 +70,7 @@ def install(c: Cluster, work: Path) -> Installed:
     returns once the agent (and so the shim) is in place."""
     image = project_image.push(c.registry, "snapshot")
     demo = project_image.push(c.registry, "cpu-demo")
+    c.check_mounts()  # building the images must not have changed the node's mounts
     repo, tag = image.rsplit(":", 1)
     values = work / "values.yaml"
     values.write_text(yaml.safe_dump({**c.chart_values(),
@@ -75,6 +78,54 @@ def install(c: Cluster, work: Path) -> Installed:
     p = helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace", "-f",
              str(values), "--wait", "--timeout", "5m", kubeconfig=c.api.kubeconfig)  # fmt: skip
     if p.returncode != 0:
-        raise RuntimeError(f"helm install: {p.stderr.strip()}")
-    c.kubectl("-n", NAMESPACE, "rollout", "status", "daemonset", "--timeout=180s")
+        raise RuntimeError(f"helm install: {p.stderr.strip()}\n{diagnose(c, NAMESPACE)}")
+    # not `rollout status`: with one node and maxUnavailable 1, a DaemonSet whose only pod
+    # cannot start counts as rolled out (and so does `helm install --wait`)
+    for component in ("agent", "webhook", "controller"):
+        wait_ready(c, f"app.kubernetes.io/component={component}", 180)
     return Installed(image, demo)
+
+
+def _ready(pod: dict) -> bool:
+    conds = pod.get("status", {}).get("conditions", [])
+    return any(k["type"] == "Ready" and k["status"] == "True" for k in conds)
+
+
+def wait_ready(c: Cluster, selector: str, timeout: float, namespace: str = NAMESPACE) -> None:
+    """Until at least one pod matches ``selector`` and every one is Ready; on timeout the
+    error carries each pod's state, events and last log lines."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = c.kubectl("-n", namespace, "get", "pods", "-l", selector, "-o", "json", check=False)
+        pods = json.loads(out.stdout)["items"] if out.returncode == 0 else []
+        if pods and all(_ready(p) for p in pods):
+            return
+        time.sleep(1)
+    raise RuntimeError(f"pods {selector} in {namespace} not Ready after {timeout:g}s:\n"
+                       f"{diagnose(c, namespace, selector)}")  # fmt: skip
+
+
+def diagnose(c: Cluster, namespace: str, selector: str | None = None) -> str:
+    """What an operator would look at: each pod's containers' states, its events, and the
+    last lines each of its containers logged."""
+    sel = ["-l", selector] if selector else []
+    out = c.kubectl("-n", namespace, "get", "pods", *sel, "-o", "json", check=False)
+    if out.returncode != 0:
+        return f"(kubectl get pods: {out.stderr.strip()})"
+    parts = []
+    for pod in json.loads(out.stdout)["items"]:
+        name, status = pod["metadata"]["name"], pod.get("status", {})
+        parts.append(f"pod {name}: {status.get('phase')}")
+        for cs in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
+            state = next(iter(cs.get("state", {}).items()), ("unknown", {}))
+            parts.append(f"  container {cs['name']}: {state[0]} {state[1].get('reason', '')} "
+                         f"{state[1].get('message', '')}".rstrip())  # fmt: skip
+        events = c.kubectl("-n", namespace, "get", "events", "--field-selector",
+                           f"involvedObject.name={name}", "--sort-by=.lastTimestamp",
+                           check=False).stdout  # fmt: skip
+        parts.append("  events:\n" + "\n".join(f"    {ln}" for ln in events.splitlines()[-10:]))
+        logs = c.kubectl("-n", namespace, "logs", name, "--all-containers", "--prefix",
+                         "--tail=20", check=False)  # fmt: skip
+        tail = (logs.stdout + logs.stderr).splitlines()[-40:]
+        parts.append("  logs:\n" + "\n".join(f"    {ln}" for ln in tail))
+    return "\n".join(parts) or f"(no pods{' matching ' + selector if selector else ''})"

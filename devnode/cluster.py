@@ -24,7 +24,9 @@ from pathlib import Path
 
 import yaml
 
-from . import apiserver, free_port, oci_registry, stop_process, wait_until
+from restore_runtime.mounts import propagation_problem
+
+from . import apiserver, claim, free_port, oci_registry, stop_process, wait_until
 from .containerd import Containerd
 from .cri import TOOLS_BIN
 from .oci_registry import Registry
@@ -71,6 +73,12 @@ class Cluster:
             return False
         conds = json.loads(p.stdout)["status"].get("conditions", [])
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+    def check_mounts(self) -> None:
+        """The node's base must stay a shared mount: containerd refuses the agent's
+        HostToContainer mounts of the kubelet root otherwise (CreateContainerError)."""
+        if why := propagation_problem(self.kubelet_root):
+            raise RuntimeError(f"devnode's cluster: {why}")
 
     @property
     def shim_bin_dir(self) -> Path:
@@ -165,6 +173,7 @@ def cluster(work: Path) -> Iterator[Cluster]:
     # a shared mount, as / is on a systemd host: the agent sees the containers' root
     # filesystems and the pods' volumes mounted after it started (HostToContainer)
     base.mkdir(parents=True)
+    claim(base)
     subprocess.run(["mount", "--bind", str(base), str(base)], check=True)
     subprocess.run(["mount", "--make-shared", str(base)], check=True)
     procs: list[subprocess.Popen] = []
@@ -181,6 +190,7 @@ def cluster(work: Path) -> Iterator[Cluster]:
         ):
             c = Cluster(cp, node, root, reg)
             try:
+                c.check_mounts()
                 cp.install_crds()
                 kc = str(cp.kubeconfig)
                 for cmd in (
@@ -250,6 +260,7 @@ def main() -> int:
         tempfile.TemporaryDirectory(prefix="snapshot-cluster-") as tmp,
         cluster(Path(tmp)) as c,
     ):
+        claim(Path(tmp))
         installed = chart.install(c, Path(tmp))
         print(f"node {NODE} is Ready, Snapshot installed (release {chart.RELEASE} in "
               f"{chart.NAMESPACE}).\n"

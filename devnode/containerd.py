@@ -20,7 +20,7 @@ from restore_runtime.contracts.node import NodeConfig
 from restore_runtime.executor import CheckpointRequest, CheckpointResult, checkpoint
 from restore_runtime.executor.runners import RuncContainer
 
-from . import registry
+from . import claim, registry
 from .containerd_config import (
     PAUSE_IMAGE,
     cni_conflist,
@@ -127,6 +127,7 @@ class Containerd:
     def start(self, timeout: float = 30.0, import_images: bool = True) -> None:
         for d in ("conf.d", "cni", "root", "state", "certs.d/_default", "store", "signing"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
+        claim(self.base)
         if not self.sign_key.exists():
             signing.generate_keypair(self.sign_key, self.sign_key.with_name("public.pem"))
         if self.registry is None:

@@ -1,10 +1,12 @@
 """mount(2) and umount2(2) with containerd-style option lists (overlay, bind), for the shim's
-rootfs and the engine's private image directories."""
+rootfs and the engine's private image directories; and the propagation of the mount that
+holds a path, read from mountinfo (the node agent's HostToContainer mounts need shared)."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 
 _libc = ctypes.CDLL(None, use_errno=True)
 MS_RDONLY, MS_BIND, MS_REC, MNT_DETACH = 0x1, 0x1000, 0x4000, 0x2
@@ -57,3 +59,45 @@ def overlay_option(key: str, path: str | os.PathLike) -> str:
             22, f"{key} path {text!r} contains {''.join(bad)!r}, unusable in an overlay mount"
         )
     return f"{key}={text}"
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes (``\\040``)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_of(path: str | os.PathLike, mountinfo: str = "/proc/self/mountinfo") -> tuple[str, str]:
+    """The mount point that holds ``path`` (the topmost of the deepest) and its propagation:
+    ``shared``, ``slave``, ``shared,slave``, ``private`` or ``unbindable``. ``mountinfo`` is
+    whose mount namespace to read: ``/proc/1/mountinfo`` is the host's from a pod with
+    ``hostPID``."""
+    want = os.path.normpath(os.fspath(path))
+    best, mode = "/", "private"
+    with open(mountinfo) as f:
+        for line in f:
+            fields = line.split()
+            target = _unescape(fields[4])
+            inside = want == target or want.startswith(target.rstrip("/") + "/")
+            if not inside or len(target) < len(best):
+                continue
+            tags = fields[6 : fields.index("-")]
+            kinds = [k for k, tag in (("shared", "shared:"), ("slave", "master:"))
+                     if any(t.startswith(tag) for t in tags)]  # fmt: skip
+            best = target
+            mode = ",".join(kinds) or ("unbindable" if "unbindable" in tags else "private")
+    return best, mode
+
+
+def propagation_problem(
+    path: str | os.PathLike, mountinfo: str = "/proc/self/mountinfo"
+) -> str | None:
+    """Why a container cannot mount ``path`` with ``mountPropagation: HostToContainer``
+    (containerd refuses: "is not a shared or slave mount"), or None when it can."""
+    target, mode = mount_of(path, mountinfo)
+    if "shared" in mode or "slave" in mode:
+        return None
+    return (
+        f"{os.fspath(path)} is on mount {target}, whose propagation is {mode}: containers that "
+        "mount it with HostToContainer (the node agent) cannot start. Make it shared "
+        f"(`mount --make-rshared {target}`; systemd hosts have / shared by default)"
+    )

@@ -35,6 +35,13 @@ key=$(cat "$root/image/debian-packages" "$root/pyproject.toml" "$0" "$root/scrip
 out="$CACHE/$name-base-$key.tar"
 if [[ -s "$out" ]]; then echo "$out"; exit 0; fi
 command -v mmdebstrap >/dev/null || { echo "mmdebstrap is needed (make system installs it)" >&2; exit 1; }
+# mmdebstrap's root mode runs `mount --make-rprivate /` in the mount namespace it was started
+# in: on the host, that turns every shared mount private (a running cluster's kubelet root, or
+# a systemd host's /). The build gets a mount namespace of its own, so the host's stay as
+# they are.
+if [[ -z ${SNAPSHOT_IMAGE_OWN_MOUNTS:-} ]]; then
+  SNAPSHOT_IMAGE_OWN_MOUNTS=1 exec unshare --mount --propagation private -- bash "$0" "$@"
+fi
 mkdir -p "$CACHE"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -1,7 +1,8 @@
 """``make demo``: the whole node path on this machine, with a real model.
 
-It starts a private containerd with the ``snapshot`` runtime (our shim) registered and CNI
-bridge networking, then through the CRI API (crictl, as the kubelet would):
+It starts a private containerd 2.x (the line current Kubernetes supports) with the
+``snapshot`` runtime (our shim) registered and CNI bridge networking, then through the CRI
+API (crictl, as the kubelet would):
 
 1. runs pod A with the scikit-learn workload (examples/cpu_demo/workload.py, a random forest
    trained on the digits data set that ships inside scikit-learn) and times its cold start
@@ -26,7 +27,7 @@ import time
 import uuid
 from pathlib import Path
 
-from devnode import workloads
+from devnode import claim, workloads
 from devnode.containerd import Containerd, admitted
 from devnode.cri import Crictl
 from devnode.probe import first_response, parse
@@ -87,8 +88,9 @@ def run(work: Path, node: Containerd) -> dict:
 
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="snapshot-demo-"))
+    claim(work)
     node = Containerd(Path(f"/tmp/snapshot-demo-cd-{uuid.uuid4().hex[:6]}"),
-                      bin_dirs=[str(Path(sys.executable).parent)])  # fmt: skip
+                      bin_dirs=[str(Path(sys.executable).parent)], major=2)  # fmt: skip
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         r = run(work, node)
