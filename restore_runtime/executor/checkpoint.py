@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
 
 from .. import handshake, procs
 from ..artifact.pack import Staging, describe_files, write_manifest
+from ..artifact.rootfs_pack import DEFAULT_MAX_BYTES
 from ..compat import host_info
 from ..contracts.manifest import CHUNK_SIZE, CRIU_DIR, Compat, Cuda, Manifest, Network, Source
 from ..criu import runner
@@ -54,6 +55,8 @@ class CheckpointRequest:
     image_digest: str | None = None
     #: keep the zero pages CRIU dumped (criu/sparse.py drops them by default)
     keep_zero_pages: bool = False
+    #: the most bytes of file content the container's rootfs changes may add to the artifact
+    max_rootfs_diff_bytes: int = DEFAULT_MAX_BYTES
 
 
 @dataclass
@@ -119,7 +122,8 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
     with timer.phase("setup"):
         if req.runc_container is not None and not req.pid:
             req.pid = req.runc_container.init_pid()
-        dumper: Dumper = RuncDumper(req.runc_container) if req.runc_container else CriuDumper()
+        dumper: Dumper = (RuncDumper(req.runc_container, req.max_rootfs_diff_bytes)
+                          if req.runc_container else CriuDumper())  # fmt: skip
         procs.require(req.pid)
         runner.require_version()
         gpu = _GpuState()

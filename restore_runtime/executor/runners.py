@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ..artifact.rootfs_pack import DEFAULT_MAX_BYTES, pack_upper
 from ..contracts.manifest import ROOTFS_DIFF_NAME
 from ..criu import options, runner
 from ..errors import SnapshotError
@@ -95,8 +95,9 @@ class RuncDumper:
     """``runc checkpoint``: runc records the container's external mounts, namespaces and
     stdio (descriptors.json) beside CRIU's images, which its restore needs."""
 
-    def __init__(self, container: RuncContainer) -> None:
+    def __init__(self, container: RuncContainer, max_rootfs_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.container = container
+        self.max_rootfs_bytes = max_rootfs_bytes
         self.upperdir: str | None = None
 
     def dump(self, pid, images, work, leave_running, external_netns_inode) -> None:
@@ -111,12 +112,5 @@ class RuncDumper:
             log.warning("no overlay upper dir for %s: rootfs changes are not captured",
                         self.container.id)  # fmt: skip
             return
-        with tarfile.open(staging / ROOTFS_DIFF_NAME, "w") as t:
-            for entry in sorted(os.listdir(upper)):
-                t.add(os.path.join(upper, entry), entry, filter=_skip_whiteouts)
-
-
-def _skip_whiteouts(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    # overlayfs records deletions as 0:0 character devices; a restore cannot replay them
-    # through the new container's mount, so deletions are not carried over.
-    return None if info.ischr() and info.devmajor == 0 and info.devminor == 0 else info
+        # the tenant's tree, maybe still running: walked by descriptors, never by name
+        pack_upper(upper, staging / ROOTFS_DIFF_NAME, self.max_rootfs_bytes)
