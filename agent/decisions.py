@@ -190,3 +190,46 @@ def needs_restore_report(pod: dict[str, Any], node: str) -> bool:
         return False
     conds = (pod.get("status") or {}).get("conditions") or []
     return not any(c.get("type") == RESTORED_CONDITION for c in conds)
+
+
+#: what containerd's CRI plugin writes into every container's OCI spec (runc state shows it)
+CRI_SANDBOX_NAME = "io.kubernetes.cri.sandbox-name"
+CRI_SANDBOX_NAMESPACE = "io.kubernetes.cri.sandbox-namespace"
+CRI_SANDBOX_UID = "io.kubernetes.cri.sandbox-uid"
+CRI_CONTAINER_NAME = "io.kubernetes.cri.container-name"
+CRI_CONTAINER_TYPE = "io.kubernetes.cri.container-type"
+
+
+def source_problem(pod: dict[str, Any], snap: PodSnapshot, node: str) -> str | None:
+    """Why this node's agent must not checkpoint ``pod`` for ``snap``: a pod's status is
+    written by its node, so a container id there is only believed from a pod of this node,
+    and only from the very pod the PodSnapshot names."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if spec.get("nodeName") != node:
+        return (f"source pod {meta.get('name')} runs on node {spec.get('nodeName')!r}, not on "
+                f"{node!r}: an agent checkpoints containers of its own node only")  # fmt: skip
+    want = snap.spec.source.pod_ref.uid
+    if want and meta.get("uid") != want:
+        return f"source pod {meta.get('name')} has uid {meta.get('uid')}, not {want} (recreated?)"
+    return None
+
+
+def container_problem(annotations: dict[str, str], pod: dict[str, Any], name: str) -> str | None:
+    """Why the runtime's container (its CRI annotations, from runc state) is not container
+    ``name`` of ``pod``: a forged ``containerID`` in a pod status would otherwise point the
+    agent at another tenant's container."""
+    meta = pod.get("metadata") or {}
+    status = container_status(pod, name) or {}
+    want = {
+        CRI_CONTAINER_TYPE: "container",
+        CRI_SANDBOX_NAMESPACE: meta.get("namespace"),
+        CRI_SANDBOX_NAME: meta.get("name"),
+        CRI_SANDBOX_UID: meta.get("uid"),
+        CRI_CONTAINER_NAME: status.get("name", name),
+    }
+    wrong = [f"{k.rsplit('.', 1)[-1]} {annotations.get(k)!r} (want {v!r})"
+             for k, v in want.items() if annotations.get(k) != v]  # fmt: skip
+    if wrong:
+        return (f"the runtime's container is not {meta.get('namespace')}/{meta.get('name')} "
+                f"container {name!r}: {', '.join(wrong)}")  # fmt: skip
+    return None

@@ -206,6 +206,16 @@ class Agent:
         cid = d.container_id(pod, snap.container or "")
         if cid is None:
             return await self._fail(snap, f"container {snap.container!r} of {name} is not running")
+        if why := d.source_problem(pod, snap, self.cfg.node):
+            return await self._fail(snap, why)
+        container = RuncContainer(self.cfg.runc_root, cid, self.cfg.runc)
+        try:
+            state = await asyncio.to_thread(container.state)
+        except SnapshotError as e:
+            return await self._fail(snap, str(e))
+        if why := d.container_problem(state.get("annotations") or {}, pod, snap.container or ""):
+            log.warning("refused PodSnapshot %s/%s: %s", ns, snap.metadata.name, why)
+            return await self._fail(snap, why)
         try:
             key = signing.load_private_key(self.cfg.sign_key) if self.cfg.sign_key else None
         except SnapshotError as e:
@@ -215,7 +225,7 @@ class Agent:
         out = d.artifact_dir(self.cfg.store, snap)
         req = CheckpointRequest(
             output=out,
-            runc_container=RuncContainer(self.cfg.runc_root, cid, self.cfg.runc),
+            runc_container=container,
             leave_running=snap.spec.keep_source_running,
             control_dir=control if control.is_dir() else None,
             handshake_timeout_s=self.cfg.handshake_timeout_s,

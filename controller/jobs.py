@@ -55,6 +55,12 @@ def owner_reference(job: SnapshotJob) -> dict[str, Any]:
             "uid": job.metadata.uid, "controller": True, "blockOwnerDeletion": True}  # fmt: skip
 
 
+def owned_by(pod: dict[str, Any], job: SnapshotJob) -> bool:
+    """Whether ``pod`` is the one this job created (its controller reference, by uid)."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == job.metadata.uid and r.get("controller") for r in refs)
+
+
 def source_pod(job: SnapshotJob) -> dict[str, Any]:
     """The source pod: the template, named after the job, owned by it, with the control
     volume in the target container."""
@@ -106,6 +112,10 @@ def reconcile(
     out = JobActions()
     st = job.status.model_copy(deep=True)
     conds = st.conditions
+    # a pod of that name the job does not own is someone else's: never deleted, never taken
+    foreign = pod is not None and not owned_by(pod, job)
+    if foreign:
+        pod = None
     if condition_true(conds, C.COMPLETED) or condition_true(conds, C.FAILED):
         out.delete_pod = pod is not None and pod["metadata"].get("deletionTimestamp") is None
         return out
@@ -118,6 +128,9 @@ def reconcile(
         out.events.append(("Warning", reason, message))
         return out
 
+    if foreign:
+        return fail("SourcePodConflict", f"pod {source_pod_name(job)} exists and is not owned "
+                    "by this SnapshotJob: rename the job or delete that pod")  # fmt: skip
     if st.started_at is None:
         st.started_at = now
         st.conditions = set_condition(conds, C.RUNNING, T, "Started", "creating the source pod")

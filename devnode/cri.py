@@ -35,10 +35,12 @@ class Crictl:
 
     def run_pod(
         self, name: str, handler: str = "snapshot", annotations: dict | None = None,
-        host_network: bool = False, namespace: str = "default",
+        host_network: bool = False, namespace: str = "default", uid: str | None = None,
     ) -> tuple[str, Path]:  # fmt: skip
+        """``uid``: the API pod's, as the kubelet passes it (containerd labels the pod's
+        containers with it); a fresh one when the sandbox stands for no API pod."""
         cfg = {
-            "metadata": {"name": name, "namespace": namespace, "uid": uuid.uuid4().hex,
+            "metadata": {"name": name, "namespace": namespace, "uid": uid or uuid.uuid4().hex,
                          "attempt": 0},
             "log_directory": str(self.workdir / f"logs-{name}"),
             "annotations": annotations or {},

@@ -70,9 +70,10 @@ class Kubelet:
             handler = self.api.get(f"/apis/node.k8s.io/v1/runtimeclasses/{rc}").json()["handler"]
         control = decisions.control_dir(self.root, uid)
         control.mkdir(parents=True)
-        sandbox, cfg = self.crictl.run_pod(f"{name}-{uid[:5]}", handler,
-                                           pod["metadata"].get("annotations") or {},
-                                           namespace=pod["metadata"]["namespace"])  # fmt: skip
+        # named as the kubelet names it: the agent checks the container's CRI labels
+        sandbox, cfg = self.crictl.run_pod(name, handler, pod["metadata"].get("annotations") or {},
+                                           namespace=pod["metadata"]["namespace"],
+                                           uid=uid)  # fmt: skip
         self.sandboxes.append(sandbox)
         spec_ctr = pod["spec"]["containers"][0]
         env = {e["name"]: e["value"] for e in spec_ctr.get("env", []) if "value" in e}
@@ -119,6 +120,65 @@ def node_agent(client, containerd, kubelet, **settings) -> Agent:
     return Agent(client, AgentConfig(node=NODE, store=containerd.store, kubelet_root=kubelet.root,
                                      sign_key=containerd.sign_key, runc=containerd.runc,
                                      **settings))  # fmt: skip
+
+
+def bind_with_status(api, ns: str, name: str, node: str, container_id: str) -> None:
+    """What a compromised node can write about its own pod: bound to ``node``, running
+    "container" ``container_id``."""
+    r = api.post(f"/api/v1/namespaces/{ns}/pods/{name}/binding", json={
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node}})  # fmt: skip
+    assert r.status_code == 201, r.text
+    status = {"phase": "Running", "containerStatuses": [{
+        "name": "main", "ready": True, "restartCount": 0, "image": IMAGE, "imageID": IMAGE,
+        "containerID": f"containerd://{container_id}",
+        "state": {"running": {"startedAt": "2026-12-02T10:00:00Z"}}}]}  # fmt: skip
+    r = api.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status", json={"status": status},
+                  headers={"Content-Type": "application/strategic-merge-patch+json"})  # fmt: skip
+    assert r.status_code == 200, r.text
+
+
+async def test_an_agent_checkpoints_only_its_nodes_pods_own_containers(
+    control_plane, containerd, kubelet
+):
+    """Isolation round 2, attack 2: a pod status (written by a node) names another
+    tenant's container on this node, and a PodSnapshot of a pod on another node is handed
+    to this node (as the admission policy now forbids a node to do; the admin's client
+    stands in for the policy's bypass). The agent refuses both, and writes nothing."""
+    api, snap_url = kubelet.api, snaps(kubelet.ns)
+    victim = api.post(f"/api/v1/namespaces/{kubelet.ns}/pods", json={
+        "metadata": {"name": "victim"},
+        "spec": {"containers": [{"name": "main", "image": IMAGE}]}}).json()  # fmt: skip
+    _, victim_ctr = kubelet.start(victim)
+    for name, node in (("forger", NODE), ("elsewhere", "node-b")):
+        r = api.post(f"/api/v1/namespaces/{kubelet.ns}/pods", json={
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "main", "image": IMAGE}]}})  # fmt: skip
+        assert r.status_code == 201, r.text
+        bind_with_status(api, kubelet.ns, name, node, victim_ctr)
+        r = api.post(snap_url, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
+                                  "metadata": {"name": f"steal-{name}"},
+                                  "spec": {"source": {"podRef": {"name": name},
+                                                      "containers": ["main"]}}})  # fmt: skip
+        assert r.status_code == 201, r.text
+    async with await kube.api_client(str(control_plane.kubeconfig)) as client:
+        controller = Controller(client)
+        await controller.reconcile_all()
+        await controller.reconcile_all()
+        r = api.patch(f"{snap_url}/steal-elsewhere/status",
+                      headers={"Content-Type": "application/merge-patch+json"},
+                      json={"status": {"source": {"nodeName": NODE}}})  # fmt: skip
+        assert r.status_code == 200, r.text
+        agent = node_agent(client, containerd, kubelet)
+        await agent.pass_once()
+        await agent.drain()
+    for name, why in (("forger", "sandbox-name 'victim' (want 'forger')"),
+                      ("elsewhere", "runs on node 'node-b'")):  # fmt: skip
+        snap = api.get(f"{snap_url}/steal-{name}").json()
+        failed = next(c for c in snap["status"]["conditions"] if c["type"] == "Failed")
+        assert failed["status"] == "True" and why in failed["message"], snap["status"]
+        assert "artifact" not in snap["status"]
+    assert not list((containerd.store / kubelet.ns).glob("steal-*"))
 
 
 @pytest.fixture(params=["volume", "oci"])

@@ -133,3 +133,13 @@ def test_a_token_not_bound_to_a_node_is_refused(agent_client):
     _, _, unbound = agent_client
     r = patch_pod_status(unbound, "mine")
     assert r.status_code == 403 and "not bound to a node" in r.json()["message"]
+
+
+def test_the_agent_cannot_hand_a_podsnapshot_to_another_node(agent_client):
+    """Attack 2 of isolation round 2: node-a's agent redirects its PodSnapshot to node-b,
+    whose agent would then checkpoint what node-a's forged pod status points at."""
+    admin, agent, _ = agent_client
+    r = agent.patch(f"{SNAPS}/mine/status", headers=MERGE,
+                    json={"status": {"source": {"nodeName": "node-b"}}})  # fmt: skip
+    assert r.status_code == 403 and "another node" in r.json()["message"], r.text
+    assert admin.get(f"{SNAPS}/mine").json()["status"]["source"]["nodeName"] == "node-a"

@@ -5,11 +5,15 @@ from __future__ import annotations
 from restore_runtime.contracts.crd import PodSnapshot, SnapshotJob
 
 
-def pod(name="src", phase="Running", node="node-a", running=True, ready=True, uid="uid-1"):
+def pod(name="src", phase="Running", node="node-a", running=True, ready=True, uid="uid-1",
+        owner="job-uid"):  # fmt: skip
+    """``owner``: the uid of the SnapshotJob that controls it (``job()``'s by default)."""
     state = {"running": {"startedAt": "2026-12-02T10:00:00Z"}} if running else {"waiting": {}}
+    refs = [{"apiVersion": "nvidia.com/v1alpha1", "kind": "SnapshotJob", "name": "warm",
+             "uid": owner, "controller": True}] if owner else []  # fmt: skip
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ns", "uid": uid},
+        "metadata": {"name": name, "namespace": "ns", "uid": uid, "ownerReferences": refs},
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "img:1"}]},
         "status": {
             "phase": phase,

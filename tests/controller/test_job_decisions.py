@@ -96,3 +96,15 @@ def test_finished_job_only_cleans_up_its_pod():
     act = reconcile(job(done), pod("warm-source"), None, NOW)
     assert act.delete_pod and act.status is None and act.create_pod is None
     assert not reconcile(job(done), None, None, NOW).delete_pod
+
+
+def test_a_pod_of_the_source_name_the_job_does_not_own_is_never_deleted_nor_taken():
+    """Finding 14 of isolation round 2: a tenant's pod named ``<job>-source`` (or one
+    another job owns) was deleted by the controller, or snapshotted as the job's source."""
+    for owner in (None, "another-job"):
+        theirs = pod("warm-source", owner=owner)
+        act = reconcile(job(STARTED), theirs, None, NOW)
+        assert not act.delete_pod and act.create_snapshot is None and act.create_pod is None
+        assert cond(act.status, "Failed").reason == "SourcePodConflict"
+        done = {**STARTED, "conditions": [{"type": "Completed", "status": "True"}]}
+        assert not reconcile(job(done), theirs, None, NOW).delete_pod
