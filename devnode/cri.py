@@ -55,7 +55,9 @@ class Crictl:
     def create(
         self, pod: str, pod_cfg: Path, name: str, image: str, command: list[str],
         mounts: tuple[tuple[str, str, bool], ...] = (), env: dict | None = None,
+        user: int | None = None,
     ) -> str:  # fmt: skip
+        """``user``: the container's uid (``runAsUser``; its gid is the same)."""
         cfg = {
             "metadata": {"name": name},
             "image": {"image": image},
@@ -64,7 +66,8 @@ class Crictl:
             "envs": [{"key": k, "value": v} for k, v in (env or {}).items()],
             "mounts": [{"host_path": h, "container_path": c, "readonly": ro}
                        for h, c, ro in mounts],
-            "linux": {},
+            "linux": {} if user is None else {"security_context": {
+                "run_as_user": {"value": user}, "run_as_group": {"value": user}}},
         }  # fmt: skip
         return self.run("create", pod, str(self._write(cfg)), str(pod_cfg)).stdout.strip()
 

@@ -5,12 +5,14 @@ credentials are checked against what the container's OCI spec grants, and the re
 refused if any asks for more than a cold start of the same spec could ever have:
 
 - capabilities: each of the five sets within the spec's bounding set (the ceiling no process
-  of the container can exceed, even by exec);
-- uid/gid and supplementary groups: the spec's, unless the spec grants CAP_SETUID /
-  CAP_SETGID (then the process could have changed them itself);
+  of the container can exceed, even by exec); for a uid other than 0, the effective,
+  permitted and ambient sets within the spec's ambient set (all such a process keeps across
+  its exec: a root checkpoint never restores as root into a ``runAsUser: 1000`` pod);
+- uid/gid and supplementary groups: the spec's, unless the process is granted CAP_SETUID /
+  CAP_SETGID (then it could have changed them itself);
 - no_new_privs: set if the spec sets it (it can never be cleared);
 - seccomp: a filter on every thread if the spec has a profile;
-- LSM profile: the spec's, if the image names one.
+- LSM profile: the spec's; none only where the spec has none.
 
 The images are decoded with pycriu; the decision is a pure function of the decoded
 credentials and the spec (``check``), tested without CRIU."""
@@ -117,6 +119,10 @@ def load(images_dir: Path) -> list[Creds]:
     return out
 
 
+def _confined(profile: str) -> bool:
+    return bool(profile) and not profile.startswith("unconfined")
+
+
 def check(threads: list[Creds], spec: dict[str, Any]) -> list[str]:
     """Why the images ask for more than ``spec`` (an OCI runtime spec) grants; [] if not."""
     process = spec.get("process") or {}
@@ -126,17 +132,29 @@ def check(threads: list[Creds], spec: dict[str, Any]) -> list[str]:
     user = process.get("user") or {}
     uid, gid = int(user.get("uid", 0)), int(user.get("gid", 0))
     groups = {gid, *(int(g) for g in user.get("additionalGids") or [])}
-    can_setuid = bool(ceiling >> _BIT["CAP_SETUID"] & 1)
-    can_setgid = bool(ceiling >> _BIT["CAP_SETGID"] & 1)
+    # What a cold start's process can hold: root refills its permitted set from the bounding
+    # set at every exec; any other uid keeps only the spec's ambient set across its exec
+    # (containerd lists its defaults as effective and permitted for every uid).
+    granted = ceiling if uid == 0 else given["cap_amb"] & ceiling
+    limits = {"cap_bnd": ceiling, "cap_inh": ceiling, "cap_prm": granted, "cap_eff": granted,
+              "cap_amb": granted}  # fmt: skip
+    can_setuid = bool(granted >> _BIT["CAP_SETUID"] & 1)
+    can_setgid = bool(granted >> _BIT["CAP_SETGID"] & 1)
     nnp = bool(process.get("noNewPrivileges"))
     seccomp = bool((spec.get("linux") or {}).get("seccomp"))
     lsm = process.get("apparmorProfile") or process.get("selinuxLabel") or ""
     problems = []
     for t in threads:
         for key, bits in t.caps.items():
-            if extra := bits & ~ceiling:
+            if not (extra := bits & ~limits[key]):
+                continue
+            if limits[key] == ceiling:
                 problems.append(f"{t.where}: {SETS[key]} capabilities {names(extra)} exceed the "
                                 "container's bounding set")  # fmt: skip
+            else:
+                problems.append(f"{t.where}: {SETS[key]} capabilities {names(extra)}, the "
+                                f"container runs as uid {uid} with ambient "
+                                f"{names(granted) or 'none'}")  # fmt: skip
         if not can_setuid and set(t.uids) != {uid}:
             problems.append(f"{t.where}: uids {list(t.uids)}, the container runs as {uid}")
         if not can_setgid and (set(t.gids) != {gid} or not set(t.groups) <= groups):
@@ -146,7 +164,10 @@ def check(threads: list[Creds], spec: dict[str, Any]) -> list[str]:
             problems.append(f"{t.where}: no_new_privs is cleared; the container sets it")
         if seccomp and t.seccomp_mode != SECCOMP_FILTER:
             problems.append(f"{t.where}: no seccomp filter; the container has a profile")
-        if t.lsm_profile and (not lsm or lsm not in t.lsm_profile):
-            problems.append(f"{t.where}: LSM profile {t.lsm_profile!r}, the container's is "
-                            f"{lsm or 'none'!r}")  # fmt: skip
+        # the spec's profile, or none on both sides: an image without one would restore
+        # unconfined into a spec that has one
+        same = lsm in t.lsm_profile if lsm else not _confined(t.lsm_profile)
+        if not same or (lsm and not _confined(t.lsm_profile)):
+            problems.append(f"{t.where}: LSM profile {t.lsm_profile or 'none'!r}, the "
+                            f"container's is {lsm or 'none'!r}")  # fmt: skip
     return sorted(set(problems))

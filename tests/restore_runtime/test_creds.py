@@ -34,30 +34,58 @@ def spec(caps=DEFAULT_CAPS, uid=1000, gid=1000, nnp=True, seccomp=True, apparmor
 
 
 def thread(caps=DEFAULT_CAPS, uid=1000, gid=1000, groups=(5,), nnp=True, seccomp=2, lsm=""):
+    """A thread as a cold start of ``spec`` leaves it: root holds ``caps``, any other uid
+    none but its bounding set (its exec dropped them)."""
     bits = mask(caps)
-    return Creds("core-1.img", (uid,) * 4, (gid,) * 4, tuple(groups),
-                 {k: bits if k != "cap_amb" else 0 for k in SETS}, nnp, seccomp, lsm)  # fmt: skip
+    held = bits if uid == 0 else 0
+    sets = {"cap_bnd": bits, "cap_prm": held, "cap_eff": held, "cap_inh": 0, "cap_amb": 0}
+    return Creds("core-1.img", (uid,) * 4, (gid,) * 4, tuple(groups), sets, nnp, seccomp,
+                 lsm)  # fmt: skip
 
 
 def test_the_specs_own_credentials_pass():
     assert check([thread()], spec()) == []
-    assert check([thread(caps=[])], spec()) == [], "fewer capabilities are fine"
+    assert check([thread(uid=0, gid=0, groups=())], spec(uid=0, gid=0)) == []
+    assert check([thread(caps=[], uid=0)], spec(uid=0)) == [], "fewer capabilities are fine"
 
 
 @pytest.mark.parametrize("key", list(SETS))
 def test_capabilities_beyond_the_bounding_set(key):
-    t = thread()
+    t = thread(uid=0)
     t.caps[key] |= mask(["CAP_SYS_ADMIN", "CAP_SYS_MODULE"])
-    (problem,) = check([t], spec())
+    (problem,) = check([t], spec(uid=0))
     assert SETS[key] in problem and "CAP_SYS_ADMIN" in problem and "CAP_SYS_MODULE" in problem
+    assert "exceed the container's bounding set" in problem
+
+
+def test_a_root_checkpoint_into_a_non_root_spec():
+    """Isolation round 2, attack 5: containerd lists CAP_SETUID/SETGID for every uid, which
+    counted as a grant, so a root dump restored as root with 14 capabilities into a
+    ``runAsUser: 1000`` pod; a cold start of it runs as 1000 with none."""
+    problems = check([thread(uid=0, gid=0, groups=(0,))], spec(uid=1000))
+    assert any("uids [0, 0, 0, 0], the container runs as 1000" in p for p in problems), problems
+    assert any("gids [0, 0, 0, 0]" in p for p in problems), problems
+    assert any("effective capabilities" in p and "CAP_SETUID" in p for p in problems), problems
+    # uid 1000 with capabilities it could not have kept across its exec
+    t = thread()
+    t.caps["cap_eff"] = t.caps["cap_prm"] = mask(["CAP_NET_RAW"])
+    assert "ambient none" in check([t], spec())[0]
+    # what the spec grants in its ambient set a non-root process does keep
+    amb = spec()
+    amb["process"]["capabilities"]["ambient"] = ["CAP_NET_RAW", "CAP_SETUID"]
+    assert check([t], amb) == []
+    t0 = thread(uid=0, caps=[])
+    assert not any("uids" in p for p in check([t0], amb)), "CAP_SETUID granted: uid may change"
 
 
 def test_uid_and_groups_only_with_setuid_setgid():
     no_set = [c for c in DEFAULT_CAPS if c not in ("CAP_SETUID", "CAP_SETGID")]
-    assert "uids [0, 0, 0, 0]" in check([thread(caps=no_set, uid=0)], spec(caps=no_set))[0]
-    assert "groups [0]" in check([thread(caps=no_set, groups=(0,))], spec(caps=no_set))[0]
-    # with CAP_SETUID/CAP_SETGID the process could have switched itself
-    assert check([thread(uid=0, groups=(0,))], spec()) == []
+    root = spec(caps=no_set, uid=0, gid=0)
+    assert check([thread(caps=no_set, uid=0, gid=0, groups=())], root) == []
+    assert "uids [7, 7, 7, 7]" in check([thread(caps=no_set, uid=7, gid=0, groups=())], root)[0]
+    assert "groups [9]" in check([thread(caps=no_set, uid=0, gid=0, groups=(9,))], root)[0]
+    # a root spec with CAP_SETUID/CAP_SETGID: the process could have switched itself
+    assert check([thread(uid=1000, groups=(0,))], spec(uid=0, gid=0)) == []
 
 
 def test_no_new_privs_seccomp_and_lsm():
@@ -67,6 +95,10 @@ def test_no_new_privs_seccomp_and_lsm():
     assert "LSM profile 'unconfined'" in check([thread(lsm="unconfined")],
                                                spec(apparmor="cri-default"))[0]  # fmt: skip
     assert check([thread(lsm="apparmor:cri-default (enforce)")], spec(apparmor="cri-default")) == []
+    # finding 11: an image without a profile restores unconfined into a spec that has one
+    assert "LSM profile 'none'" in check([thread()], spec(apparmor="cri-default"))[0]
+    assert "the container's is 'none'" in check([thread(lsm="apparmor:x (enforce)")], spec())[0]
+    assert check([thread(lsm="unconfined")], spec()) == []
 
 
 def test_load_reads_core_images_as_criu_writes_them(tmp_path):

@@ -44,14 +44,14 @@ COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)
 
 
 def start_pod(cri, name: str, handler: str = "snapshot", annotations=None, control=None,
-              command: list[str] = COUNTER):  # fmt: skip
+              command: list[str] = COUNTER, user: int | None = None):  # fmt: skip
     c, pods = cri
     pod, cfg = c.run_pod(f"{name}-{uuid.uuid4().hex[:5]}", handler, annotations)
     pods.append(pod)
     mounts = list(HOST_MOUNTS)
     if control is not None:
         mounts.append((str(control), "/snapshot-control", False))
-    ctr = c.create(pod, cfg, "main", IMAGE, command, tuple(mounts))
+    ctr = c.create(pod, cfg, "main", IMAGE, command, tuple(mounts), user=user)
     r = c.run("start", ctr, check=False)
     return pod, ctr, r
 

@@ -39,10 +39,10 @@ def cri_pod(cri, tmp_path):
     it answered as a cold start."""
     c, _ = cri
 
-    def run(annotations: dict) -> dict:
+    def run(annotations: dict, user: int | None = None) -> dict:
         ctl = tmp_path / f"ctl-{uuid.uuid4().hex[:6]}"
         ctl.mkdir()
-        pod, _, r = start_pod(cri, "forged", annotations=annotations, control=ctl)
+        pod, _, r = start_pod(cri, "forged", annotations=annotations, control=ctl, user=user)
         assert r.returncode == 0, r.stderr
         report = json.loads((ctl / RESTORE_REPORT).read_text())
         assert report["outcome"] == "fell-back", report
@@ -125,3 +125,13 @@ def test_capabilities_raised_in_the_images(cri, containerd, cri_pod):
     report = cri_pod({ARTIFACT: str(forged), MANIFEST_DIGEST: digest})
     assert "exceed the container's bounding set" in report["reason"]
     assert "CAP_SYS_ADMIN" in report["reason"] and "CAP_SYS_MODULE" in report["reason"]
+
+
+def test_a_root_checkpoint_into_a_non_root_pod(cri, containerd, cri_pod):
+    """Attack 5 of isolation round 2: a signed checkpoint of a root container, restored into
+    a pod that runs as uid 1000, came back as uid 0 with containerd's 14 capabilities (the
+    spec lists CAP_SETUID/SETGID for every uid, which counted as a grant). A cold start of
+    that pod runs as 1000 with none, and so must the fallback."""
+    art, _, _ = checkpoint_pod_a(cri, containerd)
+    report = cri_pod(admitted(art), user=1000)
+    assert "uids [0, 0, 0, 0], the container runs as 1000" in report["reason"], report
