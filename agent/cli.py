@@ -49,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="pull each Ready PodSnapshot this node could restore before any pod "
                         "asks for it")  # fmt: skip
     _oci_args(a)
+    a.add_argument("--max-checkpoints", type=int, default=4,
+                   help="checkpoints at once on this node")  # fmt: skip
+    a.add_argument("--max-checkpoints-per-namespace", type=int, default=2,
+                   help="of those, at most this many of one namespace (the rest wait)")  # fmt: skip
     a.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
     a.add_argument("--metrics-port", type=int, default=9400, help="Prometheus /metrics; 0: off")
 
@@ -136,6 +140,8 @@ def agent_config(args: argparse.Namespace):
         registry=oci.registry_access(),
         oci_cache_max_bytes=oci.oci_cache_max_bytes,
         pre_pull=args.oci_pre_pull,
+        max_checkpoints=args.max_checkpoints,
+        max_checkpoints_per_namespace=args.max_checkpoints_per_namespace,
     )
 
 

@@ -5,8 +5,9 @@
 - restore pods: read the shim's restore report from the pod's control volume; set the pod
   condition nvidia.com/Restored and record an Event with the phase timings.
 
-Checkpoints run one at a time (each can hold all the node's disk bandwidth and, for a GPU
-workload, briefly GPU memory), in a thread, so the loop keeps answering."""
+Checkpoints run on threads of their own (agent/slots.py): a bounded number at once, at most
+a fair share of them per namespace, one per pod, so the loop keeps answering and a workload
+that never quiesces holds up nobody else's."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from restore_runtime.handshake import read_control_file
 from restore_runtime.timing import phases_text
 
 from . import decisions as d
+from .slots import CheckpointSlots
 
 log = logging.getLogger("snapshot.agent")
 COMPONENT = "snapshot-agent"
@@ -62,6 +64,9 @@ class AgentConfig:
     #: pull each Ready PodSnapshot this node could restore into its cache before any pod
     #: asks for it, so a scale-up onto this node does not wait on the registry
     pre_pull: bool = False
+    #: checkpoints at once on this node, and of them at most this many of one namespace
+    max_checkpoints: int = 4
+    max_checkpoints_per_namespace: int = 2
 
 
 class AgentMetrics:
@@ -103,6 +108,7 @@ class Agent:
         #: checkpoints in flight, by PodSnapshot uid: each runs on its own, so one pod's slow
         #: handshake never holds up another pod's checkpoint or the restore reports
         self.running: dict[str, asyncio.Task] = {}
+        self.slots = CheckpointSlots(cfg.max_checkpoints, cfg.max_checkpoints_per_namespace)
         self.cache = ArtifactCache(cfg.store / CACHE_DIR, cfg.oci_cache_max_bytes, cfg.registry)
         #: pre-pulls in flight, by manifest digest
         self.pulling: dict[str, asyncio.Task] = {}
@@ -208,9 +214,16 @@ class Agent:
             return await self._fail(snap, f"container {snap.container!r} of {name} is not running")
         if why := d.source_problem(pod, snap, self.cfg.node):
             return await self._fail(snap, why)
+        # a thread of the checkpoints' own, one checkpoint of a pod at a time, a fair share
+        # of them per namespace: a workload that never quiesces holds only its own slots
+        async with self.slots.hold(ns, pod["metadata"]["uid"]):
+            await self._checkpoint(snap, pod, cid)
+
+    async def _checkpoint(self, snap: PodSnapshot, pod: dict, cid: str) -> None:
+        ns, name = snap.metadata.namespace, snap.spec.source.pod_ref.name
         container = RuncContainer(self.cfg.runc_root, cid, self.cfg.runc)
         try:
-            state = await asyncio.to_thread(container.state)
+            state = await self.slots.run(container.state)
         except SnapshotError as e:
             return await self._fail(snap, str(e))
         if why := d.container_problem(state.get("annotations") or {}, pod, snap.container or ""):
@@ -238,7 +251,7 @@ class Agent:
         t0 = time.monotonic()
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
-            result = await asyncio.to_thread(checkpoint, req)
+            result = await self.slots.run(checkpoint, req)
         except (SnapshotError, OSError) as e:
             log.error("checkpoint of %s/%s failed: %s", ns, name, e)
             self.metrics.checkpoints.labels("failed").inc()

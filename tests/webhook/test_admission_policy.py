@@ -10,6 +10,7 @@ as the webhook writes it, and unrelated changes (a label) to it."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import time
 import uuid
 
@@ -29,20 +30,23 @@ DIGEST = "sha256:" + "ab" * 32
 JSON_PATCH = {"Content-Type": "application/json-patch+json"}
 
 
-@pytest.fixture(scope="module")
-def guarded(control_plane):
-    """The chart's policy (its binding narrowed to this test's namespace, so other tests
-    sharing the API server are not affected) and its webhook registration, pointed at a port
-    where nothing listens."""
-    objs = chart.render()
+@contextlib.contextmanager
+def _policy(control_plane, ns: str, values: dict | None = None, suffix: str = ""):
+    """The chart's policy (its binding narrowed to ``ns``, so other tests sharing the API
+    server are not affected) and its webhook registration, pointed at a port where nothing
+    listens."""
+    objs = chart.render(set_values=values)
     (vap,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"
               and o["metadata"]["name"].endswith("-annotations")]  # fmt: skip
     (binding,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"
                   and o["metadata"]["name"].endswith("-annotations")]  # fmt: skip
     (mwc,) = [o for o in objs if o["kind"] == "MutatingWebhookConfiguration"]
+    vap["metadata"]["name"] += suffix
+    binding["metadata"]["name"] += suffix
+    binding["spec"]["policyName"] = vap["metadata"]["name"]
     binding["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {
-        "kubernetes.io/metadata.name": NS}}}  # fmt: skip
-    mwc["metadata"]["name"] = "policy-test-webhook"
+        "kubernetes.io/metadata.name": ns}}}  # fmt: skip
+    mwc["metadata"]["name"] = f"policy-test-webhook{suffix}"
     mwc["webhooks"][0]["clientConfig"] = {
         "url": f"https://127.0.0.1:{free_port()}/mutate",
         "caBundle": base64.b64encode(control_plane.ca.read_bytes()).decode(),
@@ -53,21 +57,27 @@ def guarded(control_plane):
         (f"{ADMISSION}/mutatingwebhookconfigurations", mwc),
     ]
     with control_plane.client() as c:
-        c.post("/api/v1/namespaces", json={"metadata": {"name": NS}})
+        c.post("/api/v1/namespaces", json={"metadata": {"name": ns}})
         for path, obj in created:
             r = c.post(path, json=obj)
             assert r.status_code == 201, r.text
-        _wait_until_enforced(c)
+        _wait_until_enforced(c, ns)
         yield c
         for path, obj in created:
             c.delete(f"{path}/{obj['metadata']['name']}")
 
 
-def _wait_until_enforced(c) -> None:
+@pytest.fixture(scope="module")
+def guarded(control_plane):
+    with _policy(control_plane, NS) as c:
+        yield c
+
+
+def _wait_until_enforced(c, ns: str) -> None:
     """The API server loads policies asynchronously: probe with a pod it must reject."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        r = c.post(f"/api/v1/namespaces/{NS}/pods", params={"dryRun": "All"},
+        r = c.post(f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All"},
                    json=pod(**{ann.ARTIFACT: "file:///etc"}))  # fmt: skip
         if r.status_code == 403:
             return
@@ -89,8 +99,8 @@ def webhook_set(ns: str = NS, name: str = "snap") -> dict[str, str]:
             ann.CONTAINER: "main", ann.INTERNAL_RESTORE_POLICY: "fallback"}  # fmt: skip
 
 
-def create(c, body: dict):
-    return c.post(f"/api/v1/namespaces/{NS}/pods", json=body)
+def create(c, body: dict, ns: str = NS):
+    return c.post(f"/api/v1/namespaces/{ns}/pods", json=body)
 
 
 @pytest.mark.parametrize(
@@ -137,3 +147,44 @@ def test_annotations_cannot_be_added_or_changed_later(guarded):
     label = [{"op": "add", "path": "/metadata/labels", "value": {"tier": "llm"}}]
     r = guarded.patch(f"/api/v1/namespaces/{NS}/pods/{name}", json=label, headers=JSON_PATCH)
     assert r.status_code == 200, r.text
+
+
+OCI_NS, REPO = "policy-test-oci", "oci://registry.internal:5000/snaps"
+
+
+@pytest.fixture(scope="module")
+def guarded_oci(control_plane):
+    """The same policy rendered for OCI storage (its own name, bound to its own namespace)."""
+    values = {"storage.type": "oci", "storage.oci.repository": REPO}
+    with _policy(control_plane, OCI_NS, values, suffix="-oci") as c:
+        yield c
+
+
+def oci_pod(uri: str) -> dict:
+    return pod("snap", **{**webhook_set(ns=OCI_NS), ann.ARTIFACT: uri})
+
+
+def test_oci_restores_pass_the_policy_as_the_webhook_writes_them(guarded_oci):
+    """Isolation round 2, attack 7: with OCI storage the policy forbade every restore pod
+    (it knew only file://), so admins had to turn it off."""
+    tag = f"{OCI_NS}.snap-0123abcd"
+    r = create(guarded_oci, oci_pod(f"{REPO}:{tag}@{DIGEST}"), OCI_NS)
+    assert r.status_code == 201, r.text
+    # the node's store stays a valid source too
+    r = create(guarded_oci, pod("snap", **webhook_set(ns=OCI_NS)), OCI_NS)
+    assert r.status_code == 201, r.text
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [f"{REPO}:tenant-a.snap-0123abcd@{DIGEST}",  # another namespace's tag
+     f"oci://registry.evil:5000/snaps:{OCI_NS}.snap-0123abcd@{DIGEST}",  # another registry
+     f"{REPO}-other:{OCI_NS}.snap@{DIGEST}",  # another repository
+     f"{REPO}:{OCI_NS}.snap-0123abcd",  # not pinned by digest
+     f"{REPO}:{OCI_NS}.snap@sha256:1@{DIGEST}"],  # two digests
+    ids=["other-namespace", "other-registry", "other-repository", "no-digest", "two-digests"],
+)  # fmt: skip
+def test_oci_references_outside_the_namespace_or_unpinned_are_rejected(guarded_oci, uri):
+    r = create(guarded_oci, oci_pod(uri), OCI_NS)
+    assert r.status_code == 403, r.text
+    assert "must name an artifact of namespace" in r.json()["message"]
