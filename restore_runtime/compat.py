@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 from dataclasses import dataclass, field
 
 from .contracts.manifest import Compat, GpuInfo
@@ -52,6 +53,27 @@ def host_info(
         info.cuda_driver_version = cuda_driver_version()
         info.gpus = proc_gpus()
     return info
+
+
+_NVIDIA_DEV = re.compile(r"/dev/nvidia(\d+)")
+
+
+def allocated_gpus(spec: dict | None, gpus: list[GpuInfo], minors: dict[str, int]) -> list[GpuInfo]:
+    """The host GPUs a container was given, the only ones a restore may map its GPUs
+    onto: ``NVIDIA_VISIBLE_DEVICES`` in its OCI spec (UUIDs or indices, ``all``), else the
+    ``/dev/nvidiaN`` device nodes the spec lists (``minors``: UUID -> N); every GPU without a
+    spec (snapshotctl restores no container)."""
+    if spec is None:
+        return list(gpus)
+    env = dict(e.partition("=")[::2] for e in (spec.get("process") or {}).get("env") or [])
+    if "NVIDIA_VISIBLE_DEVICES" in env:
+        wanted = [w.strip() for w in env["NVIDIA_VISIBLE_DEVICES"].split(",") if w.strip()]
+        if wanted == ["all"]:
+            return list(gpus)
+        return [g for i, g in enumerate(gpus) if g.uuid in wanted or str(i) in wanted]
+    nodes = {int(m[1]) for d in (spec.get("linux") or {}).get("devices") or []
+             if (m := _NVIDIA_DEV.fullmatch(d.get("path", "")))}  # fmt: skip
+    return [g for g in gpus if minors.get(g.uuid) in nodes]
 
 
 def gpu_assignment(wanted: list[GpuInfo], have: list[GpuInfo]) -> list[GpuInfo | None]:

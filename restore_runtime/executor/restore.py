@@ -36,12 +36,12 @@ from .. import handshake, mounts, procs
 from ..artifact import binding
 from ..artifact.rootfs import apply_rootfs_diff
 from ..artifact.verify import check_digests, load_manifest, manifest_digest, plan
-from ..compat import HostInfo, check, gpu_pairs, host_info
+from ..compat import HostInfo, allocated_gpus, check, gpu_pairs, host_info
 from ..contracts.annotations import RestoreOutcome
 from ..contracts.manifest import CRIU_DIR, Manifest
 from ..contracts.report import RestoreReport
 from ..criu import creds, images, runner
-from ..cuda.driver import CudaDriver
+from ..cuda.driver import CudaDriver, proc_gpu_minors
 from ..errors import IncompatibleError, SnapshotError, VerificationError
 from ..netns import global_addresses, netns_path, rebind_map
 from ..progress import Progress
@@ -156,6 +156,8 @@ class Restore:
                 host = host_info(None, req.image_digest, with_gpus=manifest.uses_cuda)
                 if manifest.uses_cuda and not host.gpus:  # no /proc inventory: ask CUDA
                     host = host_info(self._driver(), image_digest=req.image_digest)
+                if manifest.uses_cuda:  # only onto the GPUs this container was given
+                    host.gpus = allocated_gpus(req.oci_spec, host.gpus, proc_gpu_minors())
                 if not req.skip_compat and (reasons := check(manifest.compat, host)):
                     raise IncompatibleError(reasons)
             self.host = host

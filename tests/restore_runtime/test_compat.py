@@ -90,3 +90,31 @@ def test_gpu_pairs_prefer_same_uuid_then_product():
 def test_two_gpus_of_which_one_product_is_missing():
     c = compat(gpus=[gpu(1), gpu(2, "NVIDIA B200")])
     assert fields(c, host(gpus=[gpu(5), gpu(6)])) == ["gpus[1].product"]
+
+
+def test_gpu_pairing_only_onto_the_containers_gpus():
+    """Finding 10 of isolation round 2: a restore mapped its GPUs onto any GPU of the host,
+    not only the ones allocated to the container (a pure function: CI has no GPU)."""
+    from restore_runtime.compat import allocated_gpus
+
+    gpus = [GpuInfo(uuid=f"GPU-{i}", product="H200") for i in range(4)]
+    minors = {f"GPU-{i}": i for i in range(4)}
+
+    def spec(env=None, devices=()):
+        return {"process": {"env": [f"{k}={v}" for k, v in (env or {}).items()]},
+                "linux": {"devices": [{"path": d} for d in devices]}}  # fmt: skip
+
+    assert allocated_gpus(spec({"NVIDIA_VISIBLE_DEVICES": "GPU-2"}), gpus, minors) == [gpus[2]]
+    assert allocated_gpus(spec({"NVIDIA_VISIBLE_DEVICES": "1,3"}), gpus, minors) == [
+        gpus[1], gpus[3]]  # fmt: skip
+    assert allocated_gpus(spec({"NVIDIA_VISIBLE_DEVICES": "all"}), gpus, minors) == gpus
+    assert allocated_gpus(spec({"NVIDIA_VISIBLE_DEVICES": "void"}), gpus, minors) == []
+    assert allocated_gpus(spec(devices=["/dev/nvidia3", "/dev/nvidiactl"]), gpus, minors) == [
+        gpus[3]]  # fmt: skip
+    assert allocated_gpus(spec(), gpus, minors) == [], "a container without GPUs gets none"
+    assert allocated_gpus(None, gpus, minors) == gpus, "snapshotctl: no container"
+    # the source's GPU is on the host, but not the container's: not taken, and the gate says so
+    source = Compat(arch="x86_64", kernel="6.1.0", criuVersion="4.2", gpus=[gpus[0]])
+    host = HostInfo(arch="x86_64", kernel="6.1.0", criu_version="4.2",
+                    gpus=allocated_gpus(spec(devices=["/dev/nvidia3"]), gpus, minors))  # fmt: skip
+    assert gpu_pairs(source, host) == [("GPU-0", "GPU-3")]
