@@ -1,6 +1,7 @@
 """The node's cache of artifacts pulled from an OCI registry: one directory per artifact,
 named by the artifact's manifest digest (content-addressed: the name says what is inside),
-each complete or absent (pulled into staging, checked, renamed into place), at most
+each complete or absent (pulled into staging, every file checked against the manifest,
+renamed into place), at most
 ``max_bytes`` in all, least recently used evicted first.
 
 It lies under the node's artifact store, so the shim's "only from this node's store" binding
@@ -21,6 +22,7 @@ from ..errors import ArtifactExists
 from .hashing import file_digest
 from .oci import DIGEST, OciError, OciRef, RegistryAccess, pull
 from .pack import Staging
+from .verify import verify
 
 log = logging.getLogger(__name__)
 CACHE_DIR = "oci-cache"
@@ -61,6 +63,13 @@ class ArtifactCache:
             if found != manifest_digest:
                 # the entry's name must say what is inside, whatever the registry holds
                 raise OciError(f"{ref.uri} holds the artifact {found}, not {manifest_digest}")
+            # every file too, before the entry exists: anyone can push a copy of another
+            # namespace's manifest with one page changed, and the entry, named by that
+            # manifest, would then fail every restore of the real artifact on this node
+            _, problems = verify(st.dir)
+            if problems:
+                raise OciError(f"{ref.uri} does not hold the files its manifest lists: "
+                               + "; ".join(str(p) for p in problems[:5]))  # fmt: skip
             try:
                 st.commit()
             except ArtifactExists:  # another restore pulled it meanwhile: same content

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -122,6 +123,29 @@ def test_another_artifact_under_the_admitted_digest_is_refused(registry, artifac
     with pytest.raises(OciError, match="not sha256:" + "0" * 64):
         cache.fetch(ref, "sha256:" + "0" * 64)
     assert not (tmp_path / "cache" / ("0" * 64)).exists()
+
+
+def test_a_pushed_copy_with_one_page_changed_never_enters_the_cache(registry, artifact, tmp_path):
+    """Isolation round 2, attack 4: another namespace pushes the victim's manifest and
+    signature with one page changed and restores from it. The cache entry is named by that
+    manifest's digest; it was committed after checking manifest.json alone, so the victim's
+    own restores on that node then failed, for good. Now nothing enters the cache, and the
+    victim's genuine artifact still pulls."""
+    art, _, _ = artifact
+    forged = tmp_path / "forged"
+    shutil.copytree(art, forged)
+    pages = max((forged / "criu").glob("pages-*.img"), key=lambda f: f.stat().st_size)
+    data = bytearray(pages.read_bytes())
+    data[0] ^= 1
+    pages.write_bytes(bytes(data))
+    assert manifest_digest(forged) == manifest_digest(art)
+    evil = pushed(registry, forged, "poison")
+    cache = ArtifactCache(tmp_path / "cache", access=ACCESS)
+    with pytest.raises(OciError, match="does not hold the files its manifest lists"):
+        cache.fetch(evil, manifest_digest(art))
+    assert not cache.entry(manifest_digest(art)).exists()
+    entry, pulled = cache.fetch(pushed(registry, art, "genuine"), manifest_digest(art))
+    assert pulled and tree(entry) == tree(art)
 
 
 @pytest.mark.parametrize("title", ["../escape", "/etc/escape", "a/../../escape", "a//b", "."])
