@@ -45,6 +45,8 @@ from .slots import CheckpointSlots
 
 log = logging.getLogger("snapshot.agent")
 COMPONENT = "snapshot-agent"
+#: a pull's staging directory older than this is a killed pull's (pulls end in minutes)
+STALE_PULL_S = 3600.0
 
 
 @dataclass
@@ -115,6 +117,8 @@ class Agent:
         self._host: HostInfo | None = None
         if stale := remove_stale_staging(cfg.store):
             log.warning("removed %d staging dir(s) of interrupted checkpoints", len(stale))
+        if stale := self.cache.remove_stale_staging(STALE_PULL_S):
+            log.warning("removed %d staging dir(s) of interrupted pulls", len(stale))
 
     def sources(self) -> list[Source]:
         """What wakes a pass: PodSnapshots, and the pods of this node only."""

@@ -21,11 +21,11 @@ from ..contracts.manifest import MANIFEST_NAME
 from ..errors import ArtifactExists
 from .hashing import file_digest
 from .oci import DIGEST, OciError, OciRef, RegistryAccess, pull
-from .pack import Staging
+from .pack import CACHE_DIR as CACHE_DIR  # re-exported: callers import it from here
+from .pack import STAGING_GLOB, Staging
 from .verify import verify
 
 log = logging.getLogger(__name__)
-CACHE_DIR = "oci-cache"
 IN_USE_S = 600.0
 DEFAULT_MAX_BYTES = 200 * 1024**3
 
@@ -98,6 +98,17 @@ class ArtifactCache:
         if used + needed > self.max_bytes:
             raise OciError(f"the artifact cache cannot make room for {needed} bytes "
                            f"({used} of {self.max_bytes} in use by recent restores)")  # fmt: skip
+
+    def remove_stale_staging(self, older_than_s: float) -> list[Path]:
+        """Pulls killed mid-way leave their staging directories; one older than any pull
+        can run is nobody's (a pull in flight is never touched)."""
+        if not self.root.is_dir():
+            return []
+        now = time.time()
+        stale = [p for p in self.root.glob(STAGING_GLOB) if now - p.stat().st_mtime > older_than_s]
+        for p in stale:
+            shutil.rmtree(p, ignore_errors=True)
+        return stale
 
     def remove(self, manifest_digest: str) -> None:
         shutil.rmtree(self.entry(manifest_digest), ignore_errors=True)

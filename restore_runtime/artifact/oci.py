@@ -251,9 +251,16 @@ def _parse_layers(manifest: dict, max_bytes: int) -> tuple[list[_Part], dict[str
 
 
 def _fetch_manifest(c: _Client, digest: str) -> dict:
-    r = c.request("GET", f"/manifests/{digest}", ok=(200,), headers={"Accept": MANIFEST_TYPE})
-    body = r.content
-    if len(body) > MAX_MANIFEST_BYTES or "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+    body = b""
+    # read no more than a manifest may be: a registry could answer with gigabytes
+    with c.request("GET", f"/manifests/{digest}", ok=(200,), stream=True,
+                   headers={"Accept": MANIFEST_TYPE}) as r:  # fmt: skip
+        for chunk in r.iter_content(chunk_size=64 * 1024):
+            body += chunk
+            if len(body) > MAX_MANIFEST_BYTES:
+                raise OciError(f"the registry's manifest {digest} is larger than "
+                               f"{MAX_MANIFEST_BYTES} bytes")  # fmt: skip
+    if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
         raise OciError(f"the registry's manifest does not match {digest} (tampered or corrupt)")
     try:
         return json.loads(body)

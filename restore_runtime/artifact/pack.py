@@ -45,13 +45,17 @@ def _fsync_dir(path: Path) -> None:
 
 
 STAGING_GLOB = ".*.staging-*"
+#: the node's cache of pulled artifacts, under the store (artifact/cache.py)
+CACHE_DIR = "oci-cache"
 
 
 def remove_stale_staging(store: Path) -> list[Path]:
     """Staging directories left by checkpoints that were killed mid-way (under ``store`` and
     its namespace directories): nothing will ever commit them. Call only while no checkpoint
     runs (the agent, at start)."""
-    stale = [*store.glob(STAGING_GLOB), *store.glob(f"*/{STAGING_GLOB}")]
+    # not the node cache's: shims pull into it while the agent starts (cache.py ages them)
+    nested = (p for p in store.glob(f"*/{STAGING_GLOB}") if p.parent.name != CACHE_DIR)
+    stale = [*store.glob(STAGING_GLOB), *nested]
     for d in stale:
         shutil.rmtree(d, ignore_errors=True)
     return stale
