@@ -43,3 +43,28 @@ def admitted(found_digest: str, admitted_digest: str | None) -> None:
         )
     if found_digest != admitted_digest:
         raise _refuse(f"manifest digest {found_digest} is not the admitted {admitted_digest}")
+
+
+def _writable_by_others(st: os.stat_result) -> bool:
+    return st.st_uid != 0 or bool(st.st_mode & 0o022)
+
+
+def root_only(artifact: Path, store_root: Path) -> None:
+    """Only root may be able to change what a restore reads: the store's directories down to
+    the artifact, and everything in it, owned by root and writable by nobody else. Whoever
+    else could write there could swap a checked image for another between the check and
+    CRIU's read of it. Looked at with lstat only: nothing in the artifact is opened yet."""
+    root = Path(os.path.realpath(store_root))
+    real = Path(os.path.realpath(artifact))
+    chain = [root, *(p for p in reversed(real.parents) if p.is_relative_to(root) and p != root),
+             real]  # fmt: skip
+    suspects = [p for p in chain if _writable_by_others(os.lstat(p))]
+    for dirpath, dirnames, filenames in os.walk(real):
+        for name in (*dirnames, *filenames):
+            if _writable_by_others(os.lstat(os.path.join(dirpath, name))):
+                suspects.append(Path(dirpath, name))
+    if suspects:
+        raise _refuse(
+            f"{suspects[0]} can be written by others than root: a store that tenants or other "
+            "users can write cannot be restored from (chown root, chmod go-w)"
+        )

@@ -120,6 +120,7 @@ class Restore:
             bound = req.store_root is not None
             if bound:
                 self.artifact = binding.in_store(self.artifact, req.store_root)
+                binding.root_only(self.artifact, req.store_root)
             # Opening the CUDA driver (cuInit, ~0.2s) overlaps hashing and CRIU. The unverified
             # manifest only decides whether to open it; nothing else is taken from it.
             self._cuda = self._pool.submit(_open_cuda, self.artifact)

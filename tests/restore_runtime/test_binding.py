@@ -61,3 +61,26 @@ def test_an_artifact_in_the_store_still_needs_the_admitted_digest(tmp_path, dige
                                       namespace="default", admitted_digest=digest))  # fmt: skip
     assert isinstance(e, VerificationError)
     assert ("no admitted manifest digest" if digest is None else "is not the admitted") in str(e)
+
+
+@pytest.mark.parametrize("what", ["store", "artifact", "criu", "file"])
+@pytest.mark.parametrize("how", ["group-writable", "owned-by-a-user"])
+def test_an_artifact_others_than_root_can_write_is_refused(tmp_path, what, how):
+    """Isolation round 2, attack 3: whoever can write the artifact directory swaps a
+    checked core image between the check and CRIU's read of it. So no one but root may be
+    able to write any of it; checked before anything in it is opened."""
+    store = tmp_path / "store"
+    art = store / "default" / "snap"
+    (art / "criu").mkdir(parents=True)
+    (art / "criu" / "core-1.img").write_bytes(b"x")
+    (art / "manifest.json").write_text("{}")
+    target = {"store": store / "default", "artifact": art, "criu": art / "criu",
+              "file": art / "criu" / "core-1.img"}[what]  # fmt: skip
+    if how == "group-writable":
+        target.chmod(target.stat().st_mode | 0o020)
+    else:
+        os.chown(target, 1000, 1000)
+    e = prepare_within(RestoreRequest(artifact=art, store_root=store, namespace="default",
+                                      admitted_digest="sha256:" + "0" * 64))  # fmt: skip
+    assert isinstance(e, VerificationError), e
+    assert f"{target} can be written by others than root" in str(e)
