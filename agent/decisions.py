@@ -12,6 +12,7 @@ from kubeclient.podspec import CONTROL_VOLUME, container_status, is_running
 from restore_runtime import compat
 from restore_runtime.artifact import oci
 from restore_runtime.compat import HostInfo
+from restore_runtime.contracts import annotations as ann
 from restore_runtime.contracts.annotations import (
     ARTIFACT,
     RESTORED_CONDITION,
@@ -29,6 +30,7 @@ from restore_runtime.contracts.crd import (
     condition_true,
     set_condition,
 )
+from restore_runtime.contracts.handshake import pod_empty_dir
 from restore_runtime.contracts.manifest import Compat, Manifest
 from restore_runtime.contracts.report import RestoreReport
 from restore_runtime.timing import phases_text
@@ -115,7 +117,7 @@ def oci_annotations(snap: PodSnapshot, manifest_digest: str) -> dict[str, str]:
 
 def control_dir(kubelet_root: Path, pod_uid: str) -> Path:
     """The host path of a pod's control volume (an emptyDir, as kubelet lays them out)."""
-    return kubelet_root / "pods" / pod_uid / "volumes" / "kubernetes.io~empty-dir" / CONTROL_VOLUME
+    return pod_empty_dir(kubelet_root, pod_uid, CONTROL_VOLUME)
 
 
 def container_id(pod: dict[str, Any], name: str) -> str | None:
@@ -192,14 +194,6 @@ def needs_restore_report(pod: dict[str, Any], node: str) -> bool:
     return not any(c.get("type") == RESTORED_CONDITION for c in conds)
 
 
-#: what containerd's CRI plugin writes into every container's OCI spec (runc state shows it)
-CRI_SANDBOX_NAME = "io.kubernetes.cri.sandbox-name"
-CRI_SANDBOX_NAMESPACE = "io.kubernetes.cri.sandbox-namespace"
-CRI_SANDBOX_UID = "io.kubernetes.cri.sandbox-uid"
-CRI_CONTAINER_NAME = "io.kubernetes.cri.container-name"
-CRI_CONTAINER_TYPE = "io.kubernetes.cri.container-type"
-
-
 def source_problem(pod: dict[str, Any], snap: PodSnapshot, node: str) -> str | None:
     """Why this node's agent must not checkpoint ``pod`` for ``snap``: a pod's status is
     written by its node, so a container id there is only believed from a pod of this node,
@@ -220,12 +214,14 @@ def container_problem(annotations: dict[str, str], pod: dict[str, Any], name: st
     agent at another tenant's container."""
     meta = pod.get("metadata") or {}
     status = container_status(pod, name) or {}
+    # what containerd's CRI plugin writes into every container's OCI spec (runc state
+    # shows it), from the kubelet's sandbox metadata
     want = {
-        CRI_CONTAINER_TYPE: "container",
-        CRI_SANDBOX_NAMESPACE: meta.get("namespace"),
-        CRI_SANDBOX_NAME: meta.get("name"),
-        CRI_SANDBOX_UID: meta.get("uid"),
-        CRI_CONTAINER_NAME: status.get("name", name),
+        ann.CONTAINER_TYPE: "container",
+        ann.SANDBOX_NAMESPACE: meta.get("namespace"),
+        ann.SANDBOX_NAME: meta.get("name"),
+        ann.SANDBOX_UID: meta.get("uid"),
+        ann.CONTAINER_NAME: status.get("name", name),
     }
     wrong = [f"{k.rsplit('.', 1)[-1]} {annotations.get(k)!r} (want {v!r})"
              for k, v in want.items() if annotations.get(k) != v]  # fmt: skip

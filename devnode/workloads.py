@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from restore_runtime.contracts.handshake import DEFAULT_CONTROL_DIR, pod_empty_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 
@@ -29,3 +31,15 @@ def command(module_or_script: list[str], port: int, *extra: str) -> list[str]:
         "IP=$(ip -4 -o addr show eth0 | awk '{print $4}'); "
         f"cd {ROOT} && exec {VENV_PYTHON} {args} ${{IP%/*}} {port}{tail}",
     ]  # fmt: skip
+
+
+def control_mount(control: Path, pod_uid: str) -> tuple[str, str, bool]:
+    """A control directory mounted at the workload's in pod ``pod_uid``, at the path the
+    kubelet gives that pod's emptyDir volumes (the only control directory the shim writes
+    into; containerd resolves links in mount sources, so the directory itself lies there):
+    ``control``, an empty directory, becomes a link to it."""
+    layout = pod_empty_dir(control.parent / "kubelet", pod_uid, control.name)
+    layout.mkdir(parents=True)
+    control.rmdir()
+    control.symlink_to(layout)
+    return (str(layout), DEFAULT_CONTROL_DIR, False)

@@ -70,8 +70,9 @@ def test_a_demo_sized_flow_leaves_the_machine_as_it_was(containerd, tmp_path):
         def pod(name: str, annotations: dict | None = None) -> tuple[str, Path, str]:
             ctl = work / f"ctl-{name}"
             ctl.mkdir()
-            sandbox, cfg = cri.run_pod(f"{name}-{uuid.uuid4().hex[:5]}", "snapshot", annotations)
-            mounts = (*workloads.mounts(), (str(ctl), "/snapshot-control", False))
+            uid = uuid.uuid4().hex
+            sandbox, cfg = cri.run_pod(f"{name}-{uid[:5]}", "snapshot", annotations, uid=uid)
+            mounts = (*workloads.mounts(), workloads.control_mount(ctl, uid))
             ctr = cri.create(sandbox, cfg, "main", "localhost/snapshot/busybox:1", COUNTER,
                              mounts, env={"SNAPSHOT_CONTROL_DIR": "/snapshot-control"})  # fmt: skip
             cri.run("start", ctr)

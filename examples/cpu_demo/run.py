@@ -43,8 +43,9 @@ def start_pod(cri: Crictl, name: str, control: Path, annotations: dict | None = 
               model: str = "digits") -> tuple[str, str]:  # fmt: skip
     """A pod with the workload (``model``: digits or large) under handler snapshot; with the
     artifact annotation, the shim restores it instead. Returns (pod, container)."""
-    pod, cfg = cri.run_pod(f"{name}-{uuid.uuid4().hex[:5]}", "snapshot", annotations)
-    mounts = (*workloads.mounts(), (str(control), "/snapshot-control", False))
+    uid = uuid.uuid4().hex
+    pod, cfg = cri.run_pod(f"{name}-{uid[:5]}", "snapshot", annotations, uid=uid)
+    mounts = (*workloads.mounts(), workloads.control_mount(control, uid))
     command = workloads.command(["-m", "examples.cpu_demo.workload"], PORT, model)
     ctr = cri.create(pod, cfg, "model", IMAGE, command, mounts,
                      env={"SNAPSHOT_CONTROL_DIR": "/snapshot-control"})  # fmt: skip

@@ -27,6 +27,8 @@ INTERNAL_KEYS = (ARTIFACT, MANIFEST_DIGEST, CONTAINER, INTERNAL_RESTORE_POLICY)
 # (a pod's own annotations cannot override them: only nvidia.com/* and snapshot.nvidia.com/*
 # pass through to the spec).
 SANDBOX_NAMESPACE = "io.kubernetes.cri.sandbox-namespace"
+SANDBOX_UID = "io.kubernetes.cri.sandbox-uid"
+SANDBOX_NAME = "io.kubernetes.cri.sandbox-name"
 POD_NAMESPACE = "io.kubernetes.pod.namespace"
 CONTAINER_NAME = "io.kubernetes.cri.container-name"
 CONTAINER_TYPE = "io.kubernetes.cri.container-type"

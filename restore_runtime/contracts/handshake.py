@@ -14,6 +14,22 @@ from pathlib import Path
 CONTROL_DIR_ENV = "SNAPSHOT_CONTROL_DIR"
 DEFAULT_CONTROL_DIR = "/snapshot-control"
 
+#: where the kubelet keeps a pod's emptyDir volumes, under its root directory
+EMPTY_DIR_PLUGIN = "kubernetes.io~empty-dir"
+
+
+def pod_empty_dir(kubelet_root: Path, pod_uid: str, volume: str) -> Path:
+    """The host path of emptyDir ``volume`` of pod ``pod_uid``, as the kubelet lays it out."""
+    return kubelet_root / "pods" / pod_uid / "volumes" / EMPTY_DIR_PLUGIN / volume
+
+
+def is_pod_empty_dir(path: Path, pod_uid: str) -> bool:
+    """Whether ``path`` is one of pod ``pod_uid``'s own emptyDir volumes."""
+    parts = Path(os.path.normpath(path)).parts
+    return len(parts) >= 6 and list(parts[-5:-1]) == ["pods", pod_uid, "volumes",
+                                                        EMPTY_DIR_PLUGIN]  # fmt: skip
+
+
 CHECKPOINT_REQUESTED = "checkpoint-requested"  # agent -> workload: quiesce now
 READY_FOR_SNAPSHOT = "ready-for-snapshot"  # workload -> agent: quiesced
 RESTORE_COMPLETE = "restore-complete"  # shim/agent -> workload: resume

@@ -19,7 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from restore_runtime.contracts import annotations as ann
-from restore_runtime.contracts.handshake import CONTROL_DIR_ENV, DEFAULT_CONTROL_DIR
+from restore_runtime.contracts.handshake import (
+    CONTROL_DIR_ENV,
+    DEFAULT_CONTROL_DIR,
+    is_pod_empty_dir,
+)
 from restore_runtime.contracts.node import NodeConfig
 from restore_runtime.errors import SnapshotError
 
@@ -131,12 +135,23 @@ class RestoreTarget:
 
 
 def control_dir(spec: dict) -> Path | None:
-    """The host path of the volume mounted at $SNAPSHOT_CONTROL_DIR in the container."""
+    """The host path of the volume mounted at $SNAPSHOT_CONTROL_DIR in the container, where
+    the shim writes and removes files as root: for a pod, only one of the pod's own emptyDir
+    volumes (the tenant chooses the variable and the mounts: a volume of another pod, or a
+    host path, is not the shim's to write), and never a read-only mount."""
     env = dict(e.split("=", 1) for e in (spec.get("process") or {}).get("env", []) if "=" in e)
     dest = env.get(CONTROL_DIR_ENV, DEFAULT_CONTROL_DIR)
+    uid = (spec.get("annotations") or {}).get(ann.SANDBOX_UID)
     for m in spec.get("mounts") or []:
-        if m.get("destination") == dest and m.get("source"):
-            return Path(m["source"])
+        if m.get("destination") != dest or not m.get("source"):
+            continue
+        source = Path(m["source"])
+        if "ro" in (m.get("options") or []):
+            log.warning("control directory %s is mounted read-only: not used", source)
+        elif uid is not None and not is_pod_empty_dir(source, uid):
+            log.warning("control directory %s is not an emptyDir of pod %s: not used", source, uid)
+        else:
+            return source
     return None
 
 

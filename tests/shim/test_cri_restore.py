@@ -46,11 +46,12 @@ COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)
 def start_pod(cri, name: str, handler: str = "snapshot", annotations=None, control=None,
               command: list[str] = COUNTER, user: int | None = None):  # fmt: skip
     c, pods = cri
-    pod, cfg = c.run_pod(f"{name}-{uuid.uuid4().hex[:5]}", handler, annotations)
+    uid = uuid.uuid4().hex
+    pod, cfg = c.run_pod(f"{name}-{uid[:5]}", handler, annotations, uid=uid)
     pods.append(pod)
     mounts = list(HOST_MOUNTS)
     if control is not None:
-        mounts.append((str(control), "/snapshot-control", False))
+        mounts.append(workloads.control_mount(control, uid))
     ctr = c.create(pod, cfg, "main", IMAGE, command, tuple(mounts), user=user)
     r = c.run("start", ctr, check=False)
     return pod, ctr, r
