@@ -25,6 +25,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -210,7 +211,7 @@ def _remove_chains(prefixes: tuple[str, ...]) -> None:
         chains = [ln[1:].split()[0] for ln in dump.splitlines()
                   if ln.startswith(":") and ln[1:].startswith(prefixes)]  # fmt: skip
         for ln in dump.splitlines():
-            parts = ln.split()
+            parts = shlex.split(ln)  # comments are quoted
             if ln.startswith("-A ") and "-j" in parts and parts[parts.index("-j") + 1] in chains:
                 subprocess.run(["iptables", "-w", "-t", table, "-D", *parts[1:]],
                                capture_output=True)  # fmt: skip
