@@ -26,7 +26,7 @@ import yaml
 
 from restore_runtime.mounts import propagation_problem
 
-from . import apiserver, claim, free_port, oci_registry, stop_process, wait_until
+from . import apiserver, claim, free_port, iptables, oci_registry, stop_process, wait_until
 from .containerd import Containerd
 from .cri import TOOLS_BIN
 from .oci_registry import Registry
@@ -119,21 +119,6 @@ def kubelet_config(node: Containerd, port: int, healthz: int) -> dict:
         "imageGCHighThresholdPercent": 100, "imageMinimumGCAge": "24h",
         "podLogsDir": str(node.base / "pod-logs"),  # not /var/log/pods: removed with the node
     }  # fmt: skip
-
-
-def _remove_kubelet_chains() -> None:
-    """The iptables chains the kubelet makes (its canaries, and the rule that drops
-    non-loopback packets to 127.0.0.0/8): a real node keeps them, this machine does not."""
-
-    def ipt(*args: str) -> None:
-        subprocess.run(["iptables", "-w", *args], capture_output=True, check=False)
-
-    for chain in ("INPUT", "OUTPUT"):
-        ipt("-D", chain, "-j", "KUBE-FIREWALL")
-    for table in ("filter", "nat", "mangle"):
-        for chain in ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY"):
-            ipt("-t", table, "-F", chain)
-            ipt("-t", table, "-X", chain)
 
 
 @contextlib.contextmanager
@@ -239,7 +224,8 @@ def cluster(work: Path) -> Iterator[Cluster]:
                 if proxy.exists():
                     subprocess.run([str(proxy), "--cleanup"], stdout=logf, stderr=subprocess.STDOUT,
                                    check=False)  # fmt: skip
-                _remove_kubelet_chains()
+                # the kubelet's canaries and firewall, the hint chain, what --cleanup left
+                iptables.remove_kube_chains()
     finally:
         node.stop()  # also after a failed start: it unmounts the base and removes it
 

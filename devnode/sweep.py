@@ -25,7 +25,6 @@ import contextlib
 import ipaddress
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -34,8 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import OWNER_ENV, OWNER_FILE
-from .cluster import API_IFACE, _remove_kubelet_chains
+from . import OWNER_ENV, OWNER_FILE, iptables
+from .cluster import API_IFACE
 from .containerd import CONTAINERD2
 
 POD_RANGE = ipaddress.ip_network("10.233.0.0/16")
@@ -199,28 +198,6 @@ def _links() -> list[dict]:
     return json.loads(p.stdout or "[]") if p.returncode == 0 else []
 
 
-def _running(*names: str) -> bool:
-    return any(Path(_cmdline(pid).split(" ", 1)[0]).name in names for pid in _pids())
-
-
-def _remove_chains(prefixes: tuple[str, ...]) -> None:
-    """Every chain of these prefixes, in every table: the rules jumping to them first."""
-    for table in ("filter", "nat", "mangle", "raw"):
-        dump = subprocess.run(["iptables-save", "-t", table], capture_output=True,
-                              text=True).stdout  # fmt: skip
-        chains = [ln[1:].split()[0] for ln in dump.splitlines()
-                  if ln.startswith(":") and ln[1:].startswith(prefixes)]  # fmt: skip
-        for ln in dump.splitlines():
-            parts = shlex.split(ln)  # comments are quoted
-            if ln.startswith("-A ") and "-j" in parts and parts[parts.index("-j") + 1] in chains:
-                subprocess.run(["iptables", "-w", "-t", table, "-D", *parts[1:]],
-                               capture_output=True)  # fmt: skip
-        for chain in chains:
-            subprocess.run(["iptables", "-w", "-t", table, "-F", chain], capture_output=True)
-        for chain in chains:
-            subprocess.run(["iptables", "-w", "-t", table, "-X", chain], capture_output=True)
-
-
 def sweep(p: Plan, log=print) -> None:
     for pid in p.processes:  # their children are in the list too: none is spared to respawn
         with contextlib.suppress(ProcessLookupError):
@@ -246,11 +223,11 @@ def sweep(p: Plan, log=print) -> None:
             log(f"link {name}")
             subprocess.run(["ip", "link", "del", name], capture_output=True)
             shutil.rmtree(f"/run/{name}-ipam", ignore_errors=True)
-    if not _running("kubelet", "kube-proxy"):
-        _remove_chains(("KUBE-",))
-        _remove_kubelet_chains()
-    if not _running("containerd"):
-        _remove_chains(("CNI-",))
+    for chain in iptables.remove_kube_chains():
+        log(f"chain {chain}")
+    if not iptables.running("containerd"):
+        for chain in iptables.remove_chains(("CNI-",)):
+            log(f"chain {chain}")
     for d in p.directories:
         shutil.rmtree(d, ignore_errors=True)
 

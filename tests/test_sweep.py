@@ -45,10 +45,11 @@ RUN = textwrap.dedent("""
 
 def chains() -> list[str]:
     out = []
-    for table in ("filter", "nat", "mangle", "raw"):
-        dump = subprocess.run(["iptables-save", "-t", table], capture_output=True, text=True)
-        out += [f"{table}:{ln[1:].split()[0]}" for ln in dump.stdout.splitlines()
-                if ln.startswith(":")]  # fmt: skip
+    for family in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle", "raw"):
+            dump = subprocess.run([f"{family}-save", "-t", table], capture_output=True, text=True)
+            out += [f"{family}:{table}:{ln[1:].split()[0]}" for ln in dump.stdout.splitlines()
+                    if ln.startswith(":")]  # fmt: skip
     return sorted(out)
 
 
