@@ -36,6 +36,7 @@ from restore_runtime.contracts.handshake import RESTORE_REPORT
 from restore_runtime.contracts.report import RestoreReport
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, CheckpointResult, checkpoint
+from restore_runtime.executor.recovery import recover_interrupted
 from restore_runtime.executor.runners import RuncContainer
 from restore_runtime.handshake import read_control_file
 from restore_runtime.timing import phases_text
@@ -89,6 +90,10 @@ class AgentMetrics:
             "snapshot_agent_pre_pulls", "Artifacts pulled ahead of a restore, by result "
             "(pulled, failed)", ["result"], registry=r,
         )  # fmt: skip
+        self.recovered = Counter(
+            "snapshot_agent_recovered", "Checkpoints found interrupted at the agent's start "
+            "(it was killed mid-way) whose source was given back", registry=r,
+        )  # fmt: skip
         self.restores = Counter(
             "snapshot_agent_restores_reported",
             "Restore outcomes reported on pods (restored, fell-back, failed)",
@@ -115,6 +120,9 @@ class Agent:
         #: pre-pulls in flight, by manifest digest
         self.pulling: dict[str, asyncio.Task] = {}
         self._host: HostInfo | None = None
+        # before the staging is removed: a dead checkpoint's source may be frozen or quiesced
+        self.recovered = {r.pod_snapshot_uid: r for r in recover_interrupted(cfg.store)}
+        self.metrics.recovered.inc(len(self.recovered))
         if stale := remove_stale_staging(cfg.store):
             log.warning("removed %d staging dir(s) of interrupted checkpoints", len(stale))
         if stale := self.cache.remove_stale_staging(STALE_PULL_S):
@@ -156,7 +164,9 @@ class Agent:
         if snap.metadata.uid in self.running:
             return
         if d.interrupted(snap, self.cfg.node):
-            await self._fail(snap, "the agent restarted during the checkpoint")
+            done = self.recovered.pop(snap.metadata.uid, None)
+            what = f": {done.summary}" if done else ""
+            await self._fail(snap, f"the agent restarted during the checkpoint{what}")
         elif d.to_checkpoint(snap, self.cfg.node):
             self._start_checkpoint(snap)
         elif d.to_delete(snap, self.cfg.node):

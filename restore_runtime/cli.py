@@ -72,6 +72,14 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--private", type=Path, required=True)
     k.add_argument("--public", type=Path, required=True)
 
+    rec = sub.add_parser(
+        "recover",
+        help="give back the sources of checkpoints that died "
+        "(killed or crashed) in a directory, and remove what they left",
+    )
+    rec.add_argument("directory", type=Path, help="where their --output was (or an agent's store)")
+    rec.add_argument("--json", action="store_true", help="print what was done as JSON")
+
     run = sub.add_parser(
         "run", help="start a command in its own PID+mount namespace, ready to checkpoint"
     )
@@ -205,6 +213,18 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recover(args: argparse.Namespace) -> int:
+    from .executor.recovery import recover_interrupted
+
+    done = recover_interrupted(args.directory)
+    _emit(
+        args,
+        {"recovered": [{"journal": str(r.journal), "actions": r.actions} for r in done]},
+        "\n".join(f"{r.journal.name}: {r.summary}" for r in done) or "nothing to recover",
+    )
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from . import sandbox
 
@@ -224,6 +244,7 @@ COMMANDS = {
     "verify": cmd_verify,
     "inspect": cmd_inspect,
     "keygen": cmd_keygen,
+    "recover": cmd_recover,
     "run": cmd_run,
 }
 

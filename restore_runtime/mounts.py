@@ -101,3 +101,18 @@ def propagation_problem(
         "mount it with HostToContainer (the node agent) cannot start. Make it shared "
         f"(`mount --make-rshared {target}`; systemd hosts have / shared by default)"
     )
+
+
+def remove_tree(path: str | os.PathLike) -> None:
+    """Remove a directory that may have mounts under it (a restore's images view, left by a
+    process killed mid-way): each is detached first, deepest first, so nothing under it is
+    deleted through a mount and no mount outlives the directory."""
+    import shutil
+
+    top = os.path.normpath(os.fspath(path))
+    with open("/proc/self/mountinfo") as f:
+        under = [_unescape(ln.split()[4]) for ln in f]
+    for target in sorted((t for t in under if t.startswith(top + "/") or t == top),
+                         key=len, reverse=True):  # fmt: skip
+        unmount(target)
+    shutil.rmtree(top, ignore_errors=True)

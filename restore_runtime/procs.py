@@ -18,6 +18,25 @@ def exists(pid: int) -> bool:
     return (PROC / str(pid)).exists()
 
 
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), or None when it is gone: with the PID,
+    it names one process, never a later one that reused the number."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(stat.rpartition(")")[2].split()[19])
+
+
+def running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (dead, waiting for its parent to reap it)."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def require(pid: int) -> None:
     if not exists(pid):
         raise SnapshotError(f"no process with PID {pid}")

@@ -111,18 +111,47 @@ def cmd_start(args: argparse.Namespace) -> int:
 def cmd_delete(args: argparse.Namespace) -> int:
     """Called by containerd when the shim is gone: force-delete the container, unmount its
     rootfs, and report it killed."""
+    from .process.state_dir import remove_container_state
     from .proto import shim_pb2
     from .task.events import timestamp
 
     bundle = Path(args.bundle) if args.bundle else Path.cwd()
     root = RUNC_ROOT / args.namespace
+    # a runc restore the dead shim started can never finish without it (seen: runc and CRIU
+    # waiting on each other for good, the restored tree stuck in CRIU's restorer): end it,
+    # its CRIU and what CRIU restored so far, before the container is deleted
+    _end_restores_of(args.id)
     subprocess.run(["runc", "--root", str(root), "delete", "--force", args.id],
                    capture_output=True, check=False)  # fmt: skip
     subprocess.run(["umount", "-l", str(bundle / "rootfs")], capture_output=True, check=False)
+    # a restore the dead shim was running leaves its work directory and images view there
+    remove_container_state(STATE_DIR / "snapshot-shim" / args.namespace, args.id)
     resp = shim_pb2.DeleteResponse(exit_status=128 + signal.SIGKILL)
     resp.exited_at.CopyFrom(timestamp(time.time()))
     sys.stdout.buffer.write(resp.SerializeToString())
     return 0
+
+
+def _end_restores_of(container_id: str) -> None:
+    from restore_runtime import procs
+
+    ended: list[int] = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"restore" in argv and container_id.encode() in argv and b"--image-path" in argv:
+            for pid in procs.tree(int(d.name)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                ended.append(pid)
+    # dead, not yet reaped: nothing of theirs (mounts, open files) holds the delete up
+    deadline = time.monotonic() + 10.0
+    while any(procs.running(p) for p in ended) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _setup_logging(logfile: Path, debug: bool) -> None:
@@ -197,6 +226,8 @@ async def serve(args: argparse.Namespace) -> None:
     # Threads copying stdio may sit in blocking reads of FIFOs nobody will close, and
     # asyncio.run would wait for them: the containers are gone, so end here.
     logging.shutdown()
+    if not args.debug:  # containerd has every line through the log FIFO; debug keeps a copy
+        (workdir / f"shim-{args.id}.log").unlink(missing_ok=True)
     os._exit(0)
 
 

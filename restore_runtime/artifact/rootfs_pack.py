@@ -105,7 +105,10 @@ class _Packer:
         with os.fdopen(os.dup(fd), "rb") as f:
             try:
                 self.tar.addfile(info, f)
-            except OSError as e:  # the running container truncated it meanwhile
+            except OSError as e:
+                if e.errno is not None:  # the store's (ENOSPC, EIO): the checkpoint's error
+                    raise
+                # tarfile's "unexpected end of data": the running container truncated it
                 raise SnapshotError(f"rootfs diff: {name!r} changed while packing: {e}") from e
 
 

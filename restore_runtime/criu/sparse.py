@@ -119,7 +119,7 @@ def _sparse_one(images, images_dir: Path, pid: str, total: Result) -> None:
         return
     runs: list[tuple[int, int, int, int]] = []  # (vaddr, pages, index in the old file, flags)
     at = dropped = 0
-    with open(pages, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
+    with open(pages, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
         for e in entries:
             n, vaddr = e.get("nr_pages") or e["compat_nr_pages"], e["vaddr"]
             drop = bytearray(n)
@@ -129,26 +129,33 @@ def _sparse_one(images, images_dir: Path, pid: str, total: Result) -> None:
             flags = e["flags"]
             runs += [(vaddr + i * PAGE, j - i, at + i, flags) for i, j in _kept_runs(drop)]
             at += n
-    total.pages += at
-    total.dropped += dropped
+        total.pages += at
+        total.dropped += dropped
+        if dropped:
+            _write_pagemap(images, pagemap, head, runs, entries[0])
+            kept = _compact(m, runs)
     if dropped:
-        _rewrite(images, pagemap, head, pages, runs, entries[0])
+        os.truncate(pages, kept)
 
 
-def _rewrite(images, pagemap: Path, head: dict, pages: Path,
-             runs: list[tuple[int, int, int, int]], like: dict) -> None:  # fmt: skip
-    """The kept runs as the new pagemap and page file, each written beside the old one and
-    renamed over it."""
-    tmp_pages, tmp_map = pages.with_suffix(".sparse"), pagemap.with_suffix(".sparse")
-    with open(pages, "rb") as src, open(tmp_pages, "wb") as dst:
-        out = 0
-        for _, n, old, _ in runs:
-            off, left = old * PAGE, n * PAGE
-            while left:  # the kernel copies; no page passes through Python
-                done = os.copy_file_range(src.fileno(), dst.fileno(), left, off, out)
-                if not done:
-                    raise OSError(f"short copy from {pages.name}")
-                off, out, left = off + done, out + done, left - done
+def _compact(m: mmap.mmap, runs: list[tuple[int, int, int, int]]) -> int:
+    """Move the kept runs to the front of the page file, in place: a kept run never moves
+    forward, so each move reads bytes no earlier move has overwritten. No second copy of the
+    page image is ever written, so a nearly full store does not fail here. Returns the new
+    length. A failure leaves the file broken, but it is in a staging directory, which the
+    checkpoint then removes."""
+    out = 0
+    for _, n, old, _ in runs:
+        if old * PAGE != out:
+            m.move(out, old * PAGE, n * PAGE)  # memmove in the kernel's page cache
+        out += n * PAGE
+    m.flush()
+    return out
+
+
+def _write_pagemap(images, pagemap: Path, head: dict,
+                   runs: list[tuple[int, int, int, int]], like: dict) -> None:  # fmt: skip
+    """The kept runs as the new pagemap, written beside the old one and renamed over it."""
     entries = []
     for vaddr, n, _, flags in runs:
         # as CRIU writes them: the count in nr_pages, compat_nr_pages 0 (older images had
@@ -158,9 +165,9 @@ def _rewrite(images, pagemap: Path, head: dict, pages: Path,
         else:
             e = {"vaddr": vaddr, "compat_nr_pages": n, "flags": flags}
         entries.append(e)
+    tmp_map = pagemap.with_suffix(".sparse")
     with open(tmp_map, "wb") as f:
         images.dump({"magic": "PAGEMAP", "entries": [head, *entries]}, f)
-    os.replace(tmp_pages, pages)
     os.replace(tmp_map, pagemap)
 
 

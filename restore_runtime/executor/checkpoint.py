@@ -1,15 +1,17 @@
 """Checkpoint: quiesce -> CUDA lock + checkpoint -> CRIU dump -> pack, into one artifact.
 
 Failure at any step leaves no artifact (the staging directory is removed) and leaves the
-source running: CRIU resumes the tree when a dump fails, and the GPU state is given back.
+source running: the dump always leaves the tree running, the GPU state and the workload are
+given back, and a source that is not to keep running is ended only after the commit. Death
+at any step leaves a journal that executor/recovery.py acts on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import socket
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +31,7 @@ from ..errors import CudaError, SnapshotError
 from ..netns import global_addresses
 from ..progress import Progress
 from ..timing import PhaseTimer
+from .recovery import Journal
 from .runners import CriuDumper, Dumper, RuncContainer, RuncDumper
 
 log = logging.getLogger(__name__)
@@ -117,7 +120,18 @@ class _GpuState:
 
 
 def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> CheckpointResult:
-    progress = progress or Progress(enabled=False)
+    """Any failure, an I/O error of the store included, is one SnapshotError, and the source
+    keeps running: the dump always leaves it running, and it is ended (without
+    ``leave_running``) only once the artifact is committed."""
+    try:
+        return _checkpoint(req, progress or Progress(enabled=False))
+    except OSError as e:
+        where = e.filename or req.output.parent
+        raise SnapshotError(f"checkpoint failed: {e.strerror or e} ({where}); "
+                            "the source keeps running") from e  # fmt: skip
+
+
+def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
     timer = PhaseTimer(progress.phase)
     with timer.phase("setup"):
         if req.runc_container is not None and not req.pid:
@@ -135,18 +149,14 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
         staging = Staging(req.output)
     log.info("checkpoint of PID %d: own netns=%s, pod IPs %s", req.pid, own_netns, pod_ips)
 
-    quiesced = False
     cuda_ns_pids: list[int] = []
-    # CRIU's work files (dump.log, stats) go with the dump, failed or not: a failure's error
-    # lines travel in its exception
-    scratch = tempfile.TemporaryDirectory(prefix="snapshot-dump-", ignore_cleanup_errors=True)
-    with staging, scratch as work_dir:
-        work = Path(work_dir)
+    with staging, _InFlight(req, staging.dir) as inflight:
+        work = inflight.work
         try:
             if req.control_dir:
+                inflight.quiesced = True  # from the request on: the workload may quiesce
                 with timer.phase("quiesce"):
                     handshake.request_checkpoint(req.control_dir, req.handshake_timeout_s)
-                quiesced = True
             if maybe_cuda:
                 with timer.phase("cuda"):
                     gpu.classify(req.pid)
@@ -159,53 +169,100 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
             with timer.phase("criu"):
                 stop_watch = progress.watch_dir(images)
                 try:
-                    dumper.dump(req.pid, images, work, req.leave_running,
+                    # always left running: the source must outlive any failure up to the
+                    # commit, so the dump never ends it (see dumper.end below)
+                    dumper.dump(req.pid, images, work, True,
                                 procs.netns_inode(req.pid) if own_netns else None)  # fmt: skip
                 finally:
                     stop_watch()
+            if req.leave_running:
+                with timer.phase("resume"):
+                    _give_back(req, gpu, inflight.quiesced)
+                    inflight.quiesced = False
+            with timer.phase("pack"):
+                if not req.keep_zero_pages:
+                    with timer.step("sparse"):
+                        sparse = elide_zero_pages(images)
+                    log.info("left out %d of %d dumped pages: zero pages of private anonymous "
+                             "memory", sparse.dropped, sparse.pages)  # fmt: skip
+                dumper.pack_extra(staging.dir)
+                files = describe_files(staging.dir, CHUNK_SIZE, progress=progress.add_bytes)
+            manifest = _manifest(req, host, command, own_netns, pod_ips,
+                                 cuda_ns_pids, gpu.pids, files,
+                                 timer)  # fmt: skip
+            digest = write_manifest(staging.dir, manifest, req.sign_key)
+            path = staging.commit()
         except BaseException:
-            _give_back(req, gpu, quiesced)
+            _give_back(req, gpu, inflight.quiesced)
             raise
-        if req.leave_running:
-            with timer.phase("resume"):
-                _give_back(req, gpu, quiesced)
-        with timer.phase("pack"):
-            if not req.keep_zero_pages:
-                with timer.step("sparse"):
-                    sparse = elide_zero_pages(images)
-                log.info("left out %d of %d dumped pages: zero pages of private anonymous "
-                         "memory", sparse.dropped, sparse.pages)  # fmt: skip
-            dumper.pack_extra(staging.dir)
-            files = describe_files(staging.dir, CHUNK_SIZE, progress=progress.add_bytes)
-        manifest = Manifest(
-            source=Source(
-                pid=req.pid,
-                hostname=socket.gethostname(),
-                command=command,
-                pod=req.pod,
-                namespace=req.namespace,
-                podSnapshot=req.pod_snapshot,
-                podSnapshotUid=req.pod_snapshot_uid,
-                container=req.container,
-            ),
-            compat=Compat(
-                arch=host.arch,
-                kernel=host.kernel,
-                criuVersion=host.criu_version,
-                driverVersion=host.driver_version,
-                cudaDriverVersion=host.cuda_driver_version,
-                gpus=_used_gpus(host.gpus, gpu.pids),
-                imageDigest=req.image_digest,
-            ),
-            network=Network(podIPs=pod_ips, hostname=socket.gethostname(), externalNetns=own_netns),
-            cuda=Cuda(nsPids=cuda_ns_pids),
-            files=files,
-            timings=timer.result(),
-        )
-        digest = write_manifest(staging.dir, manifest, req.sign_key)
-        path = staging.commit()
+        if not req.leave_running:
+            try:
+                dumper.end(req.pid)
+            except SnapshotError as e:  # the artifact is whole: the source keeps serving
+                log.error("could not end the source after its checkpoint: %s", e)
+                _give_back(req, gpu, inflight.quiesced)
     progress.done()
     return CheckpointResult(path=path, manifest=manifest, digest=digest)
+
+
+class _InFlight:
+    """The checkpoint's journal (executor/recovery.py) and CRIU's scratch directory, beside
+    the staging directory: a checkpoint that dies leaves both where the next agent start
+    finds them (the scratch matches the staging glob), never a stray directory in /tmp."""
+
+    def __init__(self, req: CheckpointRequest, staging: Path) -> None:
+        self.work = staging.with_name(f"{staging.name}-work")
+        self.path = Journal.path_for(staging)
+        rc = req.runc_container
+        self.journal = Journal(
+            pid=req.pid, start_time=procs.start_time(req.pid) or 0, staging=staging.name,
+            runc_root=str(rc.root) if rc else None, runc_binary=rc.binary if rc else None,
+            container_id=rc.id if rc else None,
+            control_dir=str(req.control_dir) if req.control_dir else None,
+            cuda_pids=procs.cuda_pids(req.pid), pod_snapshot_uid=req.pod_snapshot_uid,
+        )  # fmt: skip
+        self.quiesced = False
+
+    def __enter__(self) -> _InFlight:
+        self.journal.write(self.path)
+        self.work.mkdir(mode=0o700)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # CRIU's work files (dump.log, stats) go with the dump, failed or not: a failure's
+        # error lines travel in its exception
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.path.unlink(missing_ok=True)
+
+
+def _manifest(req: CheckpointRequest, host, command: list[str], own_netns: bool,
+              pod_ips: list[str], cuda_ns_pids: list[int], cuda_pids: list[int],
+              files, timer: PhaseTimer) -> Manifest:  # fmt: skip
+    return Manifest(
+        source=Source(
+            pid=req.pid,
+            hostname=socket.gethostname(),
+            command=command,
+            pod=req.pod,
+            namespace=req.namespace,
+            podSnapshot=req.pod_snapshot,
+            podSnapshotUid=req.pod_snapshot_uid,
+            container=req.container,
+        ),
+        compat=Compat(
+            arch=host.arch,
+            kernel=host.kernel,
+            criuVersion=host.criu_version,
+            driverVersion=host.driver_version,
+            cudaDriverVersion=host.cuda_driver_version,
+            gpus=_used_gpus(host.gpus, cuda_pids),
+            imageDigest=req.image_digest,
+        ),
+        network=Network(podIPs=pod_ips, hostname=socket.gethostname(), externalNetns=own_netns),
+        cuda=Cuda(nsPids=cuda_ns_pids),
+        files=files,
+        timings=timer.result(),
+    )
 
 
 def _used_gpus(gpus, cuda_pids):

@@ -82,6 +82,10 @@ class RestoreRequest:
     oci_spec: dict | None = None
     #: where CRIU's log of a failed restore is kept (else it is logged)
     log_dir: Path | None = None
+    #: the restore's work directory (staged images, CRIU's logs): the shim names one under
+    #: the container's own state directory, which its delete removes even when the shim
+    #: died mid-restore; a random directory in /tmp otherwise
+    work_dir: Path | None = None
 
 
 class Restore:
@@ -93,7 +97,7 @@ class Restore:
         self.progress = progress or Progress(enabled=False)
         self.artifact = req.artifact.absolute()
         self.timer = PhaseTimer(self.progress.phase)
-        self.work = Path(tempfile.mkdtemp(prefix="snapshot-restore-"))
+        self.work = _work_dir(req.work_dir)
         self._pool = ThreadPoolExecutor(2)
         self._late: Future | None = None
         self._cuda: Future | None = None
@@ -276,6 +280,14 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
             except SnapshotError as e:
                 raise r.restore_failed(e) from None
         return r.finish(pid)
+
+
+def _work_dir(path: Path | None) -> Path:
+    if path is None:
+        return Path(tempfile.mkdtemp(prefix="snapshot-restore-"))
+    mounts.remove_tree(path)  # what a restore of the same container that died left
+    path.mkdir(mode=0o700)
+    return path
 
 
 def _stage_images(src: Path, work: Path) -> Path:

@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .. import procs
 from ..artifact.rootfs_pack import DEFAULT_MAX_BYTES, pack_upper
 from ..contracts.manifest import ROOTFS_DIFF_NAME
 from ..criu import options, runner
@@ -18,6 +20,8 @@ from ..errors import SnapshotError
 from ..runc import Runc, RuncError
 
 log = logging.getLogger(__name__)
+#: how long a source's processes may take to go once killed after its checkpoint
+END_TIMEOUT_S = 30.0
 
 
 class Dumper(Protocol):
@@ -25,6 +29,10 @@ class Dumper(Protocol):
              external_netns_inode: int | None) -> None: ...  # fmt: skip
 
     def pack_extra(self, staging: Path) -> None: ...
+
+    def end(self, pid: int) -> None:
+        """End the source once its artifact is committed (the dump always leaves it running,
+        so that a failure anywhere before the commit can give it back)."""
 
 
 # -- plain processes -------------------------------------------------------------------------
@@ -37,6 +45,9 @@ class CriuDumper:
 
     def pack_extra(self, staging: Path) -> None:
         return None
+
+    def end(self, pid: int) -> None:
+        procs.kill_tree(pid, END_TIMEOUT_S)
 
 
 def criu_restore(image_dir: Path, work: Path, netns_path: str | None) -> int:
@@ -67,11 +78,20 @@ class RuncContainer:
     def runc(self) -> Runc:
         return Runc(self.root, self.binary)
 
-    def state(self) -> dict:
+    def _call(self, what: str, call):
         try:
-            return asyncio.run(self.runc.state(self.id))
+            return asyncio.run(call)
         except RuncError as e:
-            raise SnapshotError(f"runc state {self.id}: {e.message}") from e
+            raise SnapshotError(f"runc {what} {self.id}: {e.message}") from e
+
+    def state(self) -> dict:
+        return self._call("state", self.runc.state(self.id))
+
+    def resume(self) -> None:
+        self._call("resume", self.runc.resume(self.id))
+
+    def kill(self) -> None:
+        self._call("kill", self.runc.kill(self.id, signal.SIGKILL, all_=True))
 
     def init_pid(self) -> int:
         st = self.state()
@@ -114,3 +134,8 @@ class RuncDumper:
             return
         # the tenant's tree, maybe still running: walked by descriptors, never by name
         pack_upper(upper, staging / ROOTFS_DIFF_NAME, self.max_rootfs_bytes)
+
+    def end(self, pid: int) -> None:
+        # runc kills the container's processes; its shim sees the exit, as after a dump
+        # without --leave-running
+        self.container.kill()

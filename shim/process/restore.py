@@ -183,7 +183,7 @@ async def restore(p, t: RestoreTarget, node: NodeConfig) -> RestoreReport:
             store_root=node.store_root, namespace=t.namespace,
             admitted_digest=t.annotations.manifest_digest,
             require_signature=node.signing_required, oci_spec=t.spec,
-            image_digest=t.image_digest,
+            image_digest=t.image_digest, work_dir=p.workdir / "restore",
         )  # fmt: skip
         r = await asyncio.to_thread(prepare, req)
     except Exception as e:

@@ -24,6 +24,7 @@ from ..process import oom, stats
 from ..process.io import StdioPaths
 from ..process.process import ExecProcess, InitProcess, Process, validate_exec_spec
 from ..process.restore import RestoreTarget
+from ..process.state_dir import remove_container_state
 from ..process.states import CreatedFromArtifact, Deleted
 from ..proto import events_pb2, shim_pb2, types_pb2
 from ..reaper import Reaper
@@ -185,6 +186,7 @@ class TaskService:
         except BaseException:
             if mounted:
                 mounts.unmount(str(rootfs))
+            remove_container_state(self.workdir, r.id)
             raise
         self.containers[r.id] = c
         if init.pid:
@@ -234,6 +236,7 @@ class TaskService:
         else:
             if c.rootfs_mounted:
                 mounts.unmount(str(c.bundle / "rootfs"))
+            await asyncio.to_thread(remove_container_state, self.workdir, c.id)
             del self.containers[r.id]
         resp = shim_pb2.DeleteResponse(pid=p.pid, exit_status=p.exit_status,
                                        exited_at=_exited_at(p))  # fmt: skip

@@ -9,6 +9,7 @@ anonymous zeros come back as zeros, the file page as zero and not as the file's 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -84,3 +85,36 @@ def test_an_image_without_zero_pages_is_left_as_it_is(tmp_path, cleanup_pids):
     result = sparse.elide_zero_pages(art / "criu")
     assert result.dropped == 0 and result.pages > 0
     assert {p: p.stat().st_mtime_ns for p in pages} == pages
+
+
+def _tree_bytes(d: Path) -> int:
+    return sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
+
+
+def test_the_page_file_is_compacted_in_place_on_a_nearly_full_store(tmp_path, cleanup_pids):
+    """The zero-page step writes no second copy of the page image: a store with room for the
+    dense dump and a little more still takes the checkpoint (a copy beside the old file
+    needed the kept pages twice over and failed with ENOSPC), and the result restores."""
+    pid, port = _start(tmp_path)
+    cleanup_pids.append(pid)
+    before = ask("127.0.0.1", port)
+    dense = tmp_path / "dense"
+    snapshotctl("checkpoint", "--pid", str(pid), "--output", str(dense), "--leave-running",
+                "--keep-zero-pages")  # fmt: skip
+    # room for the dense artifact and 1 MiB: less than the kept pages a copy would need
+    kept = _page_bytes(dense) - (2 << 20) - (4 << 20) // 3
+    assert kept > (2 << 20), "the workload's page image is too small for this test"
+    store = tmp_path / "store"
+    store.mkdir()
+    size = _tree_bytes(dense) + (1 << 20)
+    opts = f"size={size},mode=0755"
+    subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "snapshot-test", str(store)], check=True)
+    try:
+        snapshotctl("checkpoint", "--pid", str(pid), "--output", str(store / "thin"))
+        assert _pagemap_pages(store / "thin" / "criu") * sparse.PAGE == _page_bytes(store / "thin")
+        rpid, report = restore_cli(store / "thin", tmp_path)
+        cleanup_pids.append(rpid)
+        assert report["outcome"] == "restored"
+        assert ask("127.0.0.1", port)["anon"] == before["anon"]
+    finally:
+        subprocess.run(["umount", "-l", str(store)], check=False)

@@ -4,6 +4,9 @@ It holds state that only survives a real memory checkpoint: a counter bumped per
 random 16 MiB buffer made at start (its digest proves the pages came back) and the PID it
 sees. Each connection gets one line: ``count=N digest=HEX nspid=P addr=IP:PORT``.
 With SNAPSHOT_CONTROL_DIR set it answers the snapshot handshake and logs each resume.
+COUNTER_EXTRA_MB adds that much touched memory (a longer dump); with COUNTER_QUIESCE_GATE
+set, a quiesce stops serving at once but answers ready only once that file exists (a test
+chooses the moment).
 
     python counter_server.py HOST PORT
 """
@@ -15,6 +18,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from restore_runtime.workload import Handshake
@@ -33,6 +37,8 @@ def listen(host: str, port: int) -> socket.socket:
 def main() -> None:
     host, port = sys.argv[1], int(sys.argv[2])
     state = bytearray(os.urandom(16 * 1024 * 1024))
+    ballast = b"\x01" * (int(os.environ.get("COUNTER_EXTRA_MB", "0")) << 20)  # noqa: F841
+    gate = os.environ.get("COUNTER_QUIESCE_GATE")
     digest = hashlib.sha256(state).hexdigest()[:16]
     count = 0
     lock = threading.Lock()
@@ -41,6 +47,8 @@ def main() -> None:
 
         def quiesce() -> dict:
             lock.acquire()  # no request is served while quiesced
+            while gate and not os.path.exists(gate):
+                time.sleep(0.02)
             return {"count": count}
 
         def resume(info) -> None:
