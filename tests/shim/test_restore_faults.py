@@ -4,7 +4,9 @@ containerd's CRI, real runc and CRIU, on both containerd lines.
 The restore's work directory (its images view, mounted; CRIU's logs) lives in the container's
 own state directory, which ``shim delete`` removes: containerd runs that when a shim dies.
 The test kills the shim (SIGKILL) at a moment it chooses by watching the node: once the
-images view is mounted (CRIU about to run), and once CRIU writes its restore log. Then no
+images view is mounted (CRIU about to run), once CRIU writes its restore log, and once runc
+wrote the restored tree's PID while the shim still verifies its pages (the tree stopped; a
+source with 512 MiB of memory makes that take a while). Then no
 work directory, mount, runc log or restored process of that container is left, and the next
 restore of the same artifact works.
 """
@@ -16,13 +18,15 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
+from devnode import workloads
 from devnode.containerd import admitted
 from tests.helpers import ask
-from tests.shim.test_cri_restore import PORT, checkpoint_pod_a, start_pod
+from tests.shim.test_cri_restore import COUNTER, IMAGE, PORT, start_pod
 from tests.shim.test_cri_restore import pytestmark as cri_marks
 
 pytestmark = cri_marks
@@ -45,10 +49,34 @@ def _processes(pattern: str) -> set[str]:
     return {ln for ln in out.splitlines() if "pgrep" not in ln}
 
 
-@pytest.mark.parametrize("moment", ["images staged", "criu running"])
+def _source(cri, containerd):
+    """A counter with 512 MiB more memory, asked three times, checkpointed as the agent
+    does."""
+    c, pods = cri
+    pod, cfg = c.run_pod(f"big-{uuid.uuid4().hex[:6]}", "runc")
+    pods.append(pod)
+    ctr = c.create(pod, cfg, "main", IMAGE, COUNTER, tuple(workloads.mounts()),
+                   env={"COUNTER_EXTRA_MB": "512"})  # fmt: skip
+    c.run("start", ctr)
+    for _ in range(3):
+        ask(c.pod_ip(pod), PORT, timeout=30)
+    return containerd.checkpoint(ctr, f"snap-{uuid.uuid4().hex[:6]}")
+
+
+def _at(moment: str, ctr_dir: Path) -> bool:
+    work = ctr_dir / "restore"
+    if moment == "images staged":
+        return bool(_mounts_under(work / "images"))
+    if moment == "criu running":
+        return (work / "restore.log").exists()
+    pidfile = ctr_dir / "init.pid"  # runc restore returned; the shim verifies the pages
+    return pidfile.exists() and work.is_dir()
+
+
+@pytest.mark.parametrize("moment", ["images staged", "criu running", "tree stopped"])
 def test_a_shim_killed_mid_restore_leaves_nothing(cri, containerd, tmp_path, moment):
     c, pods = cri
-    art, _, _ = checkpoint_pod_a(cri, containerd)
+    art = _source(cri, containerd)
     uid_pods_before = set(pods)
     workloads_before = _processes("counter_server")
     dirs_before = set(STATE.iterdir())
@@ -62,14 +90,10 @@ def test_a_shim_killed_mid_restore_leaves_nothing(cri, containerd, tmp_path, mom
     while time.monotonic() < deadline:
         new = set(pods) - uid_pods_before
         pod = next(iter(new), None)
-        if pod and (dirs := [d.parent for d in STATE.glob("*/restore")
-                             if d.parent not in dirs_before]):  # fmt: skip
-            work = dirs[0] / "restore"
-            ready = (_mounts_under(work / "images") if moment == "images staged"
-                     else (work / "restore.log").exists())  # fmt: skip
-            if ready:
-                ctr = dirs[0].name
-                break
+        dirs = [d.parent for d in STATE.glob("*/restore") if d.parent not in dirs_before]
+        if pod and dirs and _at(moment, dirs[0]):
+            ctr = dirs[0].name
+            break
         time.sleep(0.002)
     assert pod and ctr, f"never saw the restore's {moment}"
     for pid in _shim_pids(pod):
