@@ -48,6 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--keep-zero-pages", action="store_true",
                    help="keep the zero pages CRIU dumped (left out by default: they restore "
                    "as zero anyway)")  # fmt: skip
+    c.add_argument("--no-split-memory", action="store_true",
+                   help="leave all memory in CRIU's page images (by default large private "
+                   "anonymous memory goes to the artifact's memory file, restored by many "
+                   "threads)")  # fmt: skip
     c.add_argument("--json", action="store_true", help="print the result as JSON")
 
     r = sub.add_parser("restore", help="verify an artifact and restore it")
@@ -58,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--netns", help="network namespace (name or path) to restore into")
     r.add_argument("--skip-compat", action="store_true", help="skip the compatibility gates")
     r.add_argument("--json", action="store_true", help="print the restore report as JSON")
+    r.add_argument("--fill-threads", type=int, metavar="N",
+                   help="threads filling the memory file (default: min(CPUs, 16))")  # fmt: skip
 
     v = sub.add_parser("verify", help="check an artifact's digests and signature")
     v.add_argument("artifact", type=Path)
@@ -113,6 +119,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
             namespace=args.namespace,
             pod_snapshot=args.pod_snapshot,
             keep_zero_pages=args.keep_zero_pages,
+            split_memory=not args.no_split_memory,
         ),
         Progress(enabled=None if not args.json else False),
     )
@@ -140,6 +147,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
                 control_dir=args.control_dir,
                 netns=args.netns,
                 skip_compat=args.skip_compat,
+                fill_threads=args.fill_threads,
             ),
             Progress(enabled=None if not args.json else False),
         )

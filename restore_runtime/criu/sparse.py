@@ -49,12 +49,17 @@ class Result:
         return self.dropped * PAGE
 
 
-def _droppable_ranges(vmas: list[dict]) -> list[tuple[int, int]]:
-    """[start, end) of the mappings whose absent pages read as zero."""
+PROT_WRITE = 0x2
+
+
+def anon_private_ranges(vmas: list[dict], writable: bool = False) -> list[tuple[int, int]]:
+    """[start, end) of the mappings whose absent pages read as zero (and, with
+    ``writable``, that process_vm_writev can fill: it never writes a read-only page)."""
     out = []
     for v in vmas:
         st = v["status"]
-        if st & VMA_AREA_REGULAR and st & VMA_ANON_PRIVATE and not st & VMA_AREA_AIORING:
+        anon = st & VMA_AREA_REGULAR and st & VMA_ANON_PRIVATE and not st & VMA_AREA_AIORING
+        if anon and (not writable or v.get("prot", 0) & PROT_WRITE):
             out.append((v["start"], v["end"]))
     return sorted(out)
 
@@ -72,7 +77,7 @@ def mark_zero(m: mmap.mmap, first: int, count: int, drop: bytearray, base: int) 
                 drop[base + b + k] = 1
 
 
-def _spans(ranges: list[tuple[int, int]], vaddr: int, n: int) -> list[tuple[int, int]]:
+def spans(ranges: list[tuple[int, int]], vaddr: int, n: int) -> list[tuple[int, int]]:
     """The page-index spans [i, j) of an entry (``n`` pages at ``vaddr``) that lie in
     ``ranges`` (sorted, not overlapping: mappings)."""
     end = vaddr + n * PAGE
@@ -88,7 +93,7 @@ def _spans(ranges: list[tuple[int, int]], vaddr: int, n: int) -> list[tuple[int,
     return out
 
 
-def _kept_runs(drop: bytearray) -> list[tuple[int, int]]:
+def kept_runs(drop: bytearray) -> list[tuple[int, int]]:
     """[i, j) runs of zeros (pages kept) in ``drop``, found at C speed."""
     runs, i, n = [], 0, len(drop)
     while i < n:
@@ -102,18 +107,36 @@ def _kept_runs(drop: bytearray) -> list[tuple[int, int]]:
     return runs
 
 
-def _sparse_one(images, images_dir: Path, pid: str, total: Result) -> None:
-    def load(name: str) -> list[dict]:
-        with open(images_dir / name, "rb") as f:
-            return images.load(f, pretty=False)["entries"]
+def load(images, path: Path) -> list[dict]:
+    with open(path, "rb") as f:
+        return images.load(f, pretty=False)["entries"]
 
-    ranges = _droppable_ranges(load(f"mm-{pid}.img")[0].get("vmas", []))
-    pagemap = images_dir / f"pagemap-{pid}.img"
-    head, *entries = load(pagemap.name)
+
+def vmas(images, images_dir: Path, pid: str) -> list[dict]:
+    return load(images, images_dir / f"mm-{pid}.img")[0].get("vmas", [])
+
+
+def plain_pagemap(images, images_dir: Path, pid: str) -> tuple[dict, list[dict]] | None:
+    """The pagemap's head and entries, or None when it has pages outside its page file
+    (of a parent pre-dump): those are left as they are."""
+    head, *entries = load(images, images_dir / f"pagemap-{pid}.img")
     if any(e.get("flags", 0) & (PE_PARENT | PE_PRESENT) != PE_PRESENT or e.get("in_parent")
            for e in entries):  # fmt: skip
         log.info("pagemap-%s.img has pages outside its page file: left as it is", pid)
+        return None
+    return head, entries
+
+
+def pids(images_dir: Path) -> list[str]:
+    return [mm.name[len("mm-") : -len(".img")] for mm in sorted(images_dir.glob("mm-*.img"))]
+
+
+def _sparse_one(images, images_dir: Path, pid: str, total: Result) -> None:
+    ranges = anon_private_ranges(vmas(images, images_dir, pid))
+    pagemap = images_dir / f"pagemap-{pid}.img"
+    if (plain := plain_pagemap(images, images_dir, pid)) is None:
         return
+    head, entries = plain
     pages = images_dir / f"pages-{head['pages_id']}.img"
     if not ranges or not pages.stat().st_size:
         return
@@ -123,22 +146,22 @@ def _sparse_one(images, images_dir: Path, pid: str, total: Result) -> None:
         for e in entries:
             n, vaddr = e.get("nr_pages") or e["compat_nr_pages"], e["vaddr"]
             drop = bytearray(n)
-            for i, j in _spans(ranges, vaddr, n):
+            for i, j in spans(ranges, vaddr, n):
                 mark_zero(m, at + i, j - i, drop, i)
             dropped += drop.count(1)
             flags = e["flags"]
-            runs += [(vaddr + i * PAGE, j - i, at + i, flags) for i, j in _kept_runs(drop)]
+            runs += [(vaddr + i * PAGE, j - i, at + i, flags) for i, j in kept_runs(drop)]
             at += n
         total.pages += at
         total.dropped += dropped
         if dropped:
-            _write_pagemap(images, pagemap, head, runs, entries[0])
-            kept = _compact(m, runs)
+            write_pagemap(images, pagemap, head, runs, entries[0])
+            kept = compact(m, runs)
     if dropped:
         os.truncate(pages, kept)
 
 
-def _compact(m: mmap.mmap, runs: list[tuple[int, int, int, int]]) -> int:
+def compact(m: mmap.mmap, runs: list[tuple[int, int, int, int]]) -> int:
     """Move the kept runs to the front of the page file, in place: a kept run never moves
     forward, so each move reads bytes no earlier move has overwritten. No second copy of the
     page image is ever written, so a nearly full store does not fail here. Returns the new
@@ -153,7 +176,7 @@ def _compact(m: mmap.mmap, runs: list[tuple[int, int, int, int]]) -> int:
     return out
 
 
-def _write_pagemap(images, pagemap: Path, head: dict,
+def write_pagemap(images, pagemap: Path, head: dict,
                    runs: list[tuple[int, int, int, int]], like: dict) -> None:  # fmt: skip
     """The kept runs as the new pagemap, written beside the old one and renamed over it."""
     entries = []
@@ -175,6 +198,6 @@ def elide_zero_pages(images_dir: Path) -> Result:
     """Drop the zero pages of private anonymous mappings from every process's images."""
     images = _pycriu_images()
     total = Result()
-    for mm in sorted(images_dir.glob("mm-*.img")):
-        _sparse_one(images, images_dir, mm.name[len("mm-") : -len(".img")], total)
+    for pid in pids(images_dir):
+        _sparse_one(images, images_dir, pid, total)
     return total

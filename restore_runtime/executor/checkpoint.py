@@ -25,7 +25,7 @@ from ..artifact.pack import Staging, describe_files, write_manifest
 from ..artifact.rootfs_pack import DEFAULT_MAX_BYTES
 from ..compat import host_info
 from ..contracts.manifest import CHUNK_SIZE, CRIU_DIR, Compat, Cuda, Manifest, Network, Source
-from ..criu import runner
+from ..criu import memfile, runner
 from ..criu.sparse import elide_zero_pages
 from ..errors import CudaError, SnapshotError
 from ..netns import global_addresses
@@ -60,6 +60,9 @@ class CheckpointRequest:
     keep_zero_pages: bool = False
     #: the most bytes of file content the container's rootfs changes may add to the artifact
     max_rootfs_diff_bytes: int = DEFAULT_MAX_BYTES
+    #: move large private anonymous memory out of CRIU's images into the artifact's memory
+    #: file, which a restore fills with many threads (criu/memfile.py)
+    split_memory: bool = True
 
 
 @dataclass
@@ -185,6 +188,11 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
                         sparse = elide_zero_pages(images)
                     log.info("left out %d of %d dumped pages: zero pages of private anonymous "
                              "memory", sparse.dropped, sparse.pages)  # fmt: skip
+                if req.split_memory:
+                    with timer.step("memfile"):
+                        moved = memfile.split(images, staging.dir)
+                    log.info("moved %d range(s), %.2f GB, into the memory file", moved.ranges,
+                             moved.bytes / 1e9)  # fmt: skip
                 dumper.pack_extra(staging.dir)
                 files = describe_files(staging.dir, CHUNK_SIZE, progress=progress.add_bytes)
             manifest = _manifest(req, host, command, own_netns, pod_ips,

@@ -32,17 +32,18 @@ if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 
-from .. import handshake, mounts, procs
+from .. import handshake, memfill, mounts, procs
 from ..artifact import binding
 from ..artifact.rootfs import apply_rootfs_diff
 from ..artifact.verify import check_digests, load_manifest, manifest_digest, plan
 from ..compat import HostInfo, allocated_gpus, check, gpu_pairs, host_info
 from ..contracts.annotations import RestoreOutcome
-from ..contracts.manifest import CRIU_DIR, Manifest
+from ..contracts.manifest import CRIU_DIR, FileEntry, Manifest
+from ..contracts.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
 from ..contracts.report import RestoreReport
-from ..criu import creds, images, runner
+from ..criu import creds, images, memfile, runner
 from ..cuda.driver import CudaDriver, proc_gpu_minors
-from ..errors import IncompatibleError, SnapshotError, VerificationError
+from ..errors import IncompatibleError, Problem, SnapshotError, VerificationError
 from ..netns import global_addresses, netns_path, rebind_map
 from ..progress import Progress
 from ..timing import PhaseTimer
@@ -86,6 +87,8 @@ class RestoreRequest:
     #: the container's own state directory, which its delete removes even when the shim
     #: died mid-restore; a random directory in /tmp otherwise
     work_dir: Path | None = None
+    #: threads that fill the memory file into the tree (memfill.py); default min(CPUs, 16)
+    fill_threads: int | None = None
 
 
 class Restore:
@@ -110,6 +113,9 @@ class Restore:
         #: the network namespace the tree is restored into, when it had one of its own
         self.netns: str | None = None
         self.pid: int | None = None
+        #: the memory file's manifest entry and its checked index, when the artifact has one
+        self.memory: FileEntry | None = None
+        self.memory_index: MemoryIndex | None = None
         self._ok = False
 
     def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
@@ -141,10 +147,16 @@ class Restore:
             if bound:
                 binding.for_namespace(manifest, req.namespace or "")
             pages = [j for j in jobs if _PAGE_IMAGE.match(j.entry.path)]
+            # the memory file is hashed as it is filled into the tree (memfill.py)
+            self.memory = next((j.entry for j in jobs if j.entry.path == MEMORY_PAGES), None)
             with self.timer.step("hash-core"):
-                problems = check_digests([j for j in jobs if j not in pages])
+                problems = check_digests([j for j in jobs if j not in pages
+                                          and j.entry is not self.memory])  # fmt: skip
             if problems:
                 raise VerificationError(problems)
+            if self.memory is not None:
+                with self.timer.step("memory-index"):
+                    self.memory_index = _memory_index(self.artifact, self.memory.size)
             if req.oci_spec is not None:
                 # on the verified core images, before the page hashing starts: its threads
                 # hold the GIL between chunks and slowed this Python work up to 14-fold
@@ -207,6 +219,17 @@ class Restore:
         assert self.manifest is not None and self._late is not None and self.host is not None
         self.pid = pid
         manifest = self.manifest
+        if self.memory is not None and self.memory_index is not None:
+            with self.phase("fill"):
+                n = memfill.fill(
+                    self.artifact / MEMORY_PAGES,
+                    manifest.chunk_size,
+                    self.memory.chunks or [self.memory.sha256],
+                    self.memory_index.ranges,
+                    procs.host_pids_by_ns_pid(pid),
+                    self.req.fill_threads,
+                )
+            log.info("filled %.2f GB of memory in %.2fs", n / 1e9, self.timer.result()["fill"])
         with self.phase("verify-wait"):
             if problems := self._late.result():
                 raise VerificationError(problems)
@@ -280,6 +303,19 @@ def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreRep
             except SnapshotError as e:
                 raise r.restore_failed(e) from None
         return r.finish(pid)
+
+
+def _memory_index(artifact: Path, size: int) -> MemoryIndex:
+    """The memory file's index, once hashed with the core files; refused unless every range
+    lies in a writable private anonymous mapping the images restore."""
+    try:
+        index = MemoryIndex.from_json((artifact / MEMORY_INDEX).read_bytes())
+    except (OSError, ValueError) as e:
+        raise VerificationError([Problem(MEMORY_INDEX, "manifest", f"unreadable: {e}")]) from e
+    problems = memfile.check_index(index, artifact / CRIU_DIR, size)
+    if problems:
+        raise VerificationError([Problem(MEMORY_INDEX, "manifest", p) for p in problems[:20]])
+    return index
 
 
 def _work_dir(path: Path | None) -> Path:

@@ -1,0 +1,118 @@
+"""Fill a stopped restored tree's memory from the artifact's memory file, with many threads,
+each byte hashed in the same pass (contracts/memory.py; criu/memfile.py made the file).
+
+Each thread takes one chunk of ``pages.bin`` (the manifest's chunks, so their digests are
+the signed ones), reads it block by block, hashes each block and writes it into the ranges
+it belongs to with ``process_vm_writev``. Every system call and the hashing release the
+GIL, so threads run in parallel. A chunk's bytes reach the tree before its digest is
+compared, but the tree has not run one instruction: any mismatch, short read or short write
+raises, and the caller kills the tree."""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .contracts.memory import MEMORY_PAGES, MemoryRange
+from .errors import Problem, SnapshotError, VerificationError
+
+_BLOCK = 8 * 1024 * 1024
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_IOV = ctypes.POINTER(_Iovec)
+_libc.process_vm_writev.argtypes = [ctypes.c_int, _IOV, ctypes.c_ulong, _IOV, ctypes.c_ulong,
+                                    ctypes.c_ulong]  # fmt: skip
+_libc.process_vm_writev.restype = ctypes.c_ssize_t
+
+
+def default_workers() -> int:
+    return min(os.cpu_count() or 1, 16)
+
+
+class _Plan:
+    """The index by file offset, so a block finds the ranges it overlaps."""
+
+    def __init__(self, ranges: list[MemoryRange], host_pid: dict[int, int]) -> None:
+        self.ranges = sorted(ranges, key=lambda r: r.offset)
+        self.starts = [r.offset for r in self.ranges]
+        missing = sorted({r.pid for r in ranges} - set(host_pid))
+        if missing:
+            raise SnapshotError(f"the memory index names processes {missing} that the restored "
+                                "tree does not have")  # fmt: skip
+        self.host_pid = host_pid
+
+    def pieces(self, offset: int, length: int):
+        """(host pid, remote address, offset into the block, length) of each range part in
+        [offset, offset + length) of the file."""
+        end = offset + length
+        k = max(0, bisect.bisect_right(self.starts, offset) - 1)
+        for r in self.ranges[k:]:
+            if r.offset >= end:
+                break
+            lo, hi = max(offset, r.offset), min(end, r.offset + r.length)
+            if lo < hi:
+                yield self.host_pid[r.pid], r.vaddr + (lo - r.offset), lo - offset, hi - lo
+
+
+def _write(pid: int, buf: ctypes.Array, at: int, remote: int, length: int) -> None:
+    local = _Iovec(ctypes.addressof(buf) + at, length)
+    far = _Iovec(remote, length)
+    n = _libc.process_vm_writev(pid, ctypes.byref(local), 1, ctypes.byref(far), 1, 0)
+    if n != length:
+        err = ctypes.get_errno() if n < 0 else 0
+        raise SnapshotError(f"filling PID {pid} at {remote:#x}: wrote {n} of {length} bytes"
+                            + (f" ({os.strerror(err)})" if err else ""))  # fmt: skip
+
+
+def _chunk(path: Path, plan: _Plan, index: int, offset: int, length: int) -> str:
+    """Hash chunk ``index`` and write it where it belongs; returns its sha256."""
+    h = hashlib.sha256()
+    raw = bytearray(min(_BLOCK, length))
+    buf = (ctypes.c_char * len(raw)).from_buffer(raw)
+    view = memoryview(raw)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        done = 0
+        while done < length:
+            n = os.preadv(fd, [view[: min(len(raw), length - done)]], offset + done)
+            if n <= 0:
+                raise VerificationError([Problem(MEMORY_PAGES, "truncated", "shorter than its "
+                                                 f"manifest entry (chunk {index})")])  # fmt: skip
+            h.update(view[:n])
+            for pid, remote, at, size in plan.pieces(offset + done, n):
+                _write(pid, buf, at, remote, size)
+            done += n
+    finally:
+        del buf
+        os.close(fd)
+    return h.hexdigest()
+
+
+def fill(path: Path, chunk_size: int, digests: list[str], ranges: list[MemoryRange],
+         host_pid: dict[int, int], workers: int | None = None) -> int:  # fmt: skip
+    """Write ``path``'s bytes into the stopped tree (``host_pid``: the images' PIDs to the
+    host's), checking chunk ``i`` against ``digests[i]``. Returns the bytes written; raises
+    VerificationError on a mismatch, SnapshotError on a failed write."""
+    size = os.stat(path).st_size
+    plan = _Plan(ranges, host_pid)
+    offsets = range(0, size, chunk_size)
+    chunks = [(i, off, min(chunk_size, size - off)) for i, off in enumerate(offsets)]
+    if len(chunks) != len(digests):
+        raise VerificationError([Problem(MEMORY_PAGES, "truncated", f"{len(chunks)} chunks, the "
+                                         f"manifest lists {len(digests)}")])  # fmt: skip
+    with ThreadPoolExecutor(workers or default_workers()) as pool:
+        got = list(pool.map(lambda c: _chunk(path, plan, *c), chunks))
+    bad = [i for i, (a, b) in enumerate(zip(got, digests, strict=True)) if a != b]
+    if bad:
+        raise VerificationError([Problem(MEMORY_PAGES, "modified",
+                                         f"sha256 mismatch in chunk(s) {bad[:5]}")])  # fmt: skip
+    return size

@@ -1,0 +1,162 @@
+"""The memory file (criu/memfile.py, memfill.py), with real CRIU (root).
+
+The workload (tests/workloads/big_heap.py) is a parent and a forked child with large private
+anonymous memory, part of it still shared copy-on-write between them, beside read-only,
+shared and file mappings. Its memory file restores bitwise the same as CRIU's own images, in
+both processes; an artifact without one (the old format) still restores. A tampered chunk, a
+truncated file or a hostile index is refused: the tree never runs and nothing is left.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from devnode import free_port
+from restore_runtime import procs, sandbox
+from restore_runtime.artifact.pack import describe_files, write_manifest
+from restore_runtime.artifact.verify import load_manifest
+from restore_runtime.contracts.manifest import CHUNK_SIZE
+from restore_runtime.contracts.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
+from restore_runtime.criu import memfile
+from tests.conftest import requires_criu
+from tests.helpers import ROOT, ask, restore_cli, snapshotctl
+
+pytestmark = [requires_criu, pytest.mark.root]
+
+BIG_HEAP = ROOT / "tests" / "workloads" / "big_heap.py"
+
+
+def _start(tmp: Path) -> tuple[int, int]:
+    port = free_port()
+    while port + 1 > 65535:
+        port = free_port()
+    argv = [sys.executable, str(BIG_HEAP), "127.0.0.1", str(port), str(tmp / "file.bin")]
+    pid = sandbox.start(argv, tmp / "big-heap.log")
+    return pid, port
+
+
+def _both(port: int) -> list[dict]:
+    return [ask("127.0.0.1", port, timeout=30), ask("127.0.0.1", port + 1, timeout=30)]
+
+
+def _memory(art: Path) -> tuple[MemoryIndex, int]:
+    index = MemoryIndex.from_json((art / MEMORY_INDEX).read_bytes())
+    return index, (art / MEMORY_PAGES).stat().st_size
+
+
+@pytest.fixture
+def dumped(tmp_path, cleanup_pids):
+    """The workload's answers, then its artifact with a memory file (the source ended)."""
+    pid, port = _start(tmp_path)
+    cleanup_pids.append(pid)
+    before = _both(port)
+    art = tmp_path / "art"
+    snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art))
+    return art, port, before
+
+
+def test_a_memory_file_restores_both_processes_bitwise(dumped, tmp_path, cleanup_pids):
+    art, port, before = dumped
+    index, size = _memory(art)
+    pids = {r.pid for r in index.ranges}
+    assert len(pids) == 2, "the parent's and the child's memory both moved"
+    assert size >= 48 << 20 and sum(r.length for r in index.ranges) == size
+    rpid, report = restore_cli(art, tmp_path)
+    cleanup_pids.append(rpid)
+    assert report["outcome"] == "restored" and "fill" in report["timings"]
+    after = _both(port)
+    assert after == before
+    assert after[0]["map"] != after[1]["map"], "the child's own change came back"
+
+
+def test_an_artifact_without_a_memory_file_still_restores(tmp_path, cleanup_pids):
+    pid, port = _start(tmp_path)
+    cleanup_pids.append(pid)
+    before = _both(port)
+    art = tmp_path / "old"
+    snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art), "--no-split-memory")
+    assert not (art / "memory").exists()
+    rpid, report = restore_cli(art, tmp_path)
+    cleanup_pids.append(rpid)
+    assert "fill" not in report["timings"]
+    assert _both(port) == before
+
+
+def _refused(art: Path, port: int, tmp: Path, what: str) -> None:
+    """The restore fails naming ``what``; no restored process is left, nothing listens."""
+    pidfile = tmp / "refused.pid"
+    out = snapshotctl("restore", str(art), "--pidfile", str(pidfile), check=False)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert what in out.stderr, out.stderr
+    assert not pidfile.exists()
+    assert not procs.running(load_manifest(art).source.pid), "the restored tree was killed"
+    with pytest.raises(AssertionError):
+        ask("127.0.0.1", port, timeout=1)
+
+
+def test_a_tampered_chunk_never_runs(dumped, tmp_path):
+    art, port, _ = dumped
+    with open(art / MEMORY_PAGES, "r+b") as f:
+        f.seek(5 << 20)
+        b = f.read(1)
+        f.seek(5 << 20)
+        f.write(bytes([b[0] ^ 1]))
+    _refused(art, port, tmp_path, "memory/pages.bin")
+
+
+def test_a_truncated_memory_file_is_refused(dumped, tmp_path):
+    art, port, _ = dumped
+    with open(art / MEMORY_PAGES, "r+b") as f:
+        f.truncate((art / MEMORY_PAGES).stat().st_size - 4096)
+    _refused(art, port, tmp_path, "memory/pages.bin")
+
+
+def _rewrite_index(art: Path, ranges: list[dict]) -> None:
+    """A hostile index, with a manifest that lists it (an unsigned artifact: what someone
+    who can write the store could make)."""
+    (art / MEMORY_INDEX).write_text(json.dumps({"version": 1, "ranges": ranges}))
+    m = load_manifest(art)
+    m.files = describe_files(art, CHUNK_SIZE)
+    write_manifest(art, m, None)
+
+
+def _other_mapping(art: Path, pid: int) -> dict:
+    """A mapping of ``pid`` that is not writable private anonymous memory."""
+    from restore_runtime.criu import sparse
+    from restore_runtime.criu.images import _pycriu_images
+
+    vmas = sparse.vmas(_pycriu_images(), art / "criu", str(pid))
+    ok = sparse.anon_private_ranges(vmas, writable=True)
+    return next(v for v in vmas if (v["start"], v["end"]) not in ok and v["end"] - v["start"]
+                >= 8192)  # fmt: skip
+
+
+@pytest.mark.parametrize("hostile", ["overlap", "outside", "other-mapping", "overflow",
+                                     "past-end", "unaligned"])  # fmt: skip
+def test_a_hostile_index_is_refused(dumped, tmp_path, hostile):
+    art, port, _ = dumped
+    index, size = _memory(art)
+    r = index.ranges[0].model_dump()
+    ranges = [x.model_dump() for x in index.ranges]
+    if hostile == "overlap":
+        ranges.append({**r, "vaddr": r["vaddr"] + 4096, "length": 4096})
+    elif hostile == "outside":
+        ranges.append({**r, "vaddr": 0x1000, "length": 4096})
+    elif hostile == "other-mapping":
+        v = _other_mapping(art, r["pid"])
+        ranges.append({**r, "vaddr": v["start"], "length": 4096})
+    elif hostile == "overflow":
+        ranges.append({**r, "vaddr": (1 << 64) - 4096, "length": 1 << 64})
+    elif hostile == "past-end":
+        ranges.append({**r, "offset": size, "length": 4096})
+    else:
+        ranges.append({**r, "vaddr": r["vaddr"] + 1})
+    _rewrite_index(art, ranges)
+    problems = memfile.check_index(MemoryIndex.model_validate({"ranges": ranges}),
+                                   art / "criu", size)  # fmt: skip
+    assert problems, hostile
+    _refused(art, port, tmp_path, "memory/index.json")
