@@ -10,6 +10,7 @@ truncated file or a hostile index is refused: the tree never runs and nothing is
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 
@@ -32,11 +33,20 @@ BIG_HEAP = ROOT / "tests" / "workloads" / "big_heap.py"
 
 def _start(tmp: Path) -> tuple[int, int]:
     port = free_port()
-    while port + 1 > 65535:
+    while port + 1 > 65535 or not _free(port + 1):  # the child listens on the next port
         port = free_port()
     argv = [sys.executable, str(BIG_HEAP), "127.0.0.1", str(port), str(tmp / "file.bin")]
     pid = sandbox.start(argv, tmp / "big-heap.log")
     return pid, port
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _both(port: int) -> list[dict]:
