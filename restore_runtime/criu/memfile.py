@@ -15,8 +15,6 @@ writes a read-only page."""
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import itertools
 import os
 import shutil
@@ -31,10 +29,7 @@ from .images import _pycriu_images
 PAGE = sparse.PAGE
 #: 1 MiB: a smaller run stays with CRIU (a write of its own would cost more than it saves)
 MIN_RUN_PAGES = 256
-_PIECE = 1 << 20
-_PUNCH_HOLE, _KEEP_SIZE = 0x02, 0x01
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+_PIECE = sparse.PIECE
 
 
 @dataclass
@@ -93,7 +88,7 @@ def _split_one(images, images_dir: Path, pid: str, dst: BinaryIO, index: list[Me
             return
         pagemap = images_dir / f"pagemap-{pid}.img"
         sparse.write_pagemap(images, pagemap, head, kept, entries[0])
-        length = _compact(f.fileno(), kept)
+        length = sparse.compact(f.fileno(), kept)
     os.truncate(pages, length)
 
 
@@ -106,35 +101,8 @@ def _copy(src: int, dst: int, offset: int, length: int) -> None:
         done = os.copy_file_range(src, dst, min(length, _PIECE), offset, out)
         if not done:
             raise OSError(f"short copy into {MEMORY_PAGES}")
-        _punch(src, offset, done)
+        sparse.punch(src, offset, done)
         offset, out, length = offset + done, out + done, length - done
-
-
-def _compact(fd: int, runs: list[tuple[int, int, int, int]]) -> int:
-    """sparse.compact with read and write calls, not a mapping: the moved runs are holes
-    now, and filling a hole through a mapping on a full store raises SIGBUS, not ENOSPC.
-    Each piece's old place is freed once moved, so the file never grows."""
-    out = 0
-    for _, n, old, _ in runs:
-        src, length = old * PAGE, n * PAGE
-        while length and src != out:
-            piece = os.pread(fd, min(length, _PIECE), src)
-            if os.pwrite(fd, piece, out) != len(piece):
-                raise OSError("short write while compacting the page file")
-            # the part of the old place that no later write reuses
-            _punch(fd, max(src, out + len(piece)), src + len(piece) - max(src, out + len(piece)))
-            src, out, length = src + len(piece), out + len(piece), length - len(piece)
-        out += length
-    return out
-
-
-def _punch(fd: int, offset: int, length: int) -> None:
-    if length <= 0:
-        return
-    if _libc.fallocate(fd, _PUNCH_HOLE | _KEEP_SIZE, offset, length) != 0:
-        err = ctypes.get_errno()
-        if err != errno.EOPNOTSUPP:  # a store without holes only needs more room
-            raise OSError(err, os.strerror(err))
 
 
 # -- restore: the index is tenant-reachable input until checked --------------------------

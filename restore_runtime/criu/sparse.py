@@ -15,6 +15,8 @@ with pycriu, never by hand. A process whose pagemap has anything but plain prese
 from __future__ import annotations
 
 import bisect
+import ctypes
+import errno
 import logging
 import mmap
 import os
@@ -50,6 +52,11 @@ class Result:
 
 
 PROT_WRITE = 0x2
+#: the unit in which pages move inside the page file (and its most extra room)
+PIECE = 1 << 20
+_PUNCH_HOLE, _KEEP_SIZE = 0x02, 0x01
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
 
 
 def anon_private_ranges(vmas: list[dict], writable: bool = False) -> list[tuple[int, int]]:
@@ -156,24 +163,39 @@ def _sparse_one(images, images_dir: Path, pid: str, total: Result) -> None:
         total.dropped += dropped
         if dropped:
             write_pagemap(images, pagemap, head, runs, entries[0])
-            kept = compact(m, runs)
+            kept = compact(f.fileno(), runs)
     if dropped:
         os.truncate(pages, kept)
 
 
-def compact(m: mmap.mmap, runs: list[tuple[int, int, int, int]]) -> int:
+def compact(fd: int, runs: list[tuple[int, int, int, int]]) -> int:
     """Move the kept runs to the front of the page file, in place: a kept run never moves
-    forward, so each move reads bytes no earlier move has overwritten. No second copy of the
-    page image is ever written, so a nearly full store does not fail here. Returns the new
-    length. A failure leaves the file broken, but it is in a staging directory, which the
-    checkpoint then removes."""
+    forward, so each piece reads bytes no earlier write has overwritten. With read and write
+    calls, not a mapping: the memory file's split leaves holes, and filling a hole through a
+    mapping on a full store raises SIGBUS, not ENOSPC. Each piece's old place is freed once
+    moved, so the file never grows. Returns the new length; a failure leaves the file broken
+    in a staging directory, which the checkpoint then removes."""
     out = 0
     for _, n, old, _ in runs:
-        if old * PAGE != out:
-            m.move(out, old * PAGE, n * PAGE)  # memmove in the kernel's page cache
-        out += n * PAGE
-    m.flush()
+        src, length = old * PAGE, n * PAGE
+        while length and src != out:
+            piece = os.pread(fd, min(length, PIECE), src)
+            if os.pwrite(fd, piece, out) != len(piece):
+                raise OSError("short write while compacting the page file")
+            # the part of the old place that no later write reuses
+            punch(fd, max(src, out + len(piece)), src + len(piece) - max(src, out + len(piece)))
+            src, out, length = src + len(piece), out + len(piece), length - len(piece)
+        out += length
     return out
+
+
+def punch(fd: int, offset: int, length: int) -> None:
+    if length <= 0:
+        return
+    if _libc.fallocate(fd, _PUNCH_HOLE | _KEEP_SIZE, offset, length) != 0:
+        err = ctypes.get_errno()
+        if err != errno.EOPNOTSUPP:  # a store without holes only needs more room
+            raise OSError(err, os.strerror(err))
 
 
 def write_pagemap(images, pagemap: Path, head: dict,
