@@ -4,7 +4,9 @@ each byte hashed in the same pass (contracts/memory.py; criu/memfile.py made the
 Each thread takes one chunk of ``pages.bin`` (the manifest's chunks, so their digests are
 the signed ones), reads it block by block, hashes each block and writes it into the ranges
 it belongs to with ``process_vm_writev``. Every system call and the hashing release the
-GIL, so threads run in parallel. A chunk's bytes reach the tree before its digest is
+GIL, so threads run in parallel. A block is small enough to stay in the core's cache between
+its hash and its write; its zero parts are hashed but not written (the mapping CRIU restored
+empty reads as zero there, and stays unfaulted). A chunk's bytes reach the tree before its digest is
 compared, but the tree has not run one instruction: any mismatch, short read or short write
 raises, and the caller kills the tree."""
 
@@ -19,8 +21,9 @@ from pathlib import Path
 
 from .contracts.memory import MEMORY_PAGES, MemoryRange
 from .errors import Problem, SnapshotError, VerificationError
+from .holes import zero_blocks
 
-_BLOCK = 8 * 1024 * 1024
+_BLOCK = 1024 * 1024
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -73,6 +76,18 @@ def _write(pid: int, buf: ctypes.Array, at: int, remote: int, length: int) -> No
                             + (f" ({os.strerror(err)})" if err else ""))  # fmt: skip
 
 
+def _data_runs(buf: bytearray, n: int) -> list[tuple[int, int]]:
+    """[start, end) of ``buf[:n]`` outside its zero blocks."""
+    runs, at = [], 0
+    for a, b in zero_blocks(buf, n):
+        if at < a:
+            runs.append((at, a))
+        at = b
+    if at < n:
+        runs.append((at, n))
+    return runs
+
+
 def _chunk(path: Path, plan: _Plan, index: int, offset: int, length: int) -> str:
     """Hash chunk ``index`` and write it where it belongs; returns its sha256."""
     h = hashlib.sha256()
@@ -88,8 +103,12 @@ def _chunk(path: Path, plan: _Plan, index: int, offset: int, length: int) -> str
                 raise VerificationError([Problem(MEMORY_PAGES, "truncated", "shorter than its "
                                                  f"manifest entry (chunk {index})")])  # fmt: skip
             h.update(view[:n])
+            data = _data_runs(raw, n)
             for pid, remote, at, size in plan.pieces(offset + done, n):
-                _write(pid, buf, at, remote, size)
+                for a, b in data:
+                    lo, hi = max(a, at), min(b, at + size)
+                    if lo < hi:
+                        _write(pid, buf, lo, remote + (lo - at), hi - lo)
             done += n
     finally:
         del buf

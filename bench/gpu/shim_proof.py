@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -135,14 +136,19 @@ def checkpoint(node: Containerd, container: str, ctl: Path) -> tuple[Path, dict]
     art = node.store / NAMESPACE / f"proof-{uuid.uuid4().hex[:6]}"
     art.parent.mkdir(parents=True, exist_ok=True)
     ck = subprocess.run(
-        [sys.executable, "-m", "restore_runtime.cli", "checkpoint", "--container", container,
-         "--runc-root", str(RUNC_ROOT), "--output", str(art), "--control-dir", str(ctl),
-         "--sign-key", str(node.sign_key), "--namespace", NAMESPACE, "--json"],
+        [sys.executable, "-m", "restore_runtime.cli", "--verbose", "checkpoint",
+         "--container", container, "--runc-root", str(RUNC_ROOT), "--output", str(art),
+         "--control-dir", str(ctl), "--sign-key", str(node.sign_key), "--namespace", NAMESPACE,
+         "--json"],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     if ck.returncode != 0:
         raise RuntimeError(f"checkpoint failed: {ck.stderr}")
-    return art, json.loads(ck.stdout)
+    out = json.loads(ck.stdout)
+    # where the pack phase goes: the engine logs its steps ("  step NAME took 1.234s")
+    out["steps"] = {m[1]: float(m[2]) for m in re.finditer(r"step (\S+) took ([\d.]+)s",
+                                                          ck.stderr)}  # fmt: skip
+    return art, out
 
 
 def restore_annotations(art: Path, ck: dict) -> dict[str, str]:
@@ -329,6 +335,7 @@ def main() -> int:
         res["checkpoint"] = {
             "seconds": round(time.monotonic() - t0, 3),
             "phases": ck["timings"],
+            "steps": ck["steps"],
             "artifact_bytes": ck["sizeBytes"],
         }
         remove(node, SRC)

@@ -1,7 +1,9 @@
 """SHA-256 of artifact files, in parallel.
 
 Large files are hashed per ``CHUNK_SIZE`` slice so one big CRIU page image spreads over all
-cores: hashlib releases the GIL while it hashes, so threads are enough.
+cores: hashlib releases the GIL while it hashes, so threads are enough. A slice may also turn
+its zero blocks into holes as it hashes them (the memory file): the bytes, and so the digest,
+stay the same, the store holds less, and a restore skips what reads as zero anyway.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..holes import punch, zero_blocks
 
 _READ = 4 * 1024 * 1024
 
@@ -24,33 +28,40 @@ class Slice:
     index: int
     offset: int
     length: int
+    #: punch the slice's zero blocks into holes as it is hashed (a file of our own staging)
+    holes: bool = False
 
 
-def hash_range(path: Path, offset: int, length: int, progress: ProgressFn | None = None) -> str:
+def hash_range(path: Path, offset: int, length: int, progress: ProgressFn | None = None,
+               holes: bool = False) -> str:  # fmt: skip
     """sha256 of ``length`` bytes at ``offset``. A file shorter than that hashes what it has,
-    so a truncated file yields a different digest rather than an exception."""
+    so a truncated file yields a different digest rather than an exception. With ``holes``,
+    the zero blocks read are punched out of the file (it must be writable)."""
     h = hashlib.sha256()
     buf = bytearray(min(_READ, max(length, 1)))
     view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
+    with open(path, "r+b" if holes else "rb", buffering=0) as f:
         f.seek(offset)
-        remaining = length
+        at, remaining = offset, length
         while remaining > 0:
             n = f.readinto(view[: min(len(buf), remaining)])
             if not n:
                 break
             h.update(view[:n])
-            remaining -= n
+            if holes:
+                for a, b in zero_blocks(buf, n):
+                    punch(f.fileno(), at + a, b - a)
+            at, remaining = at + n, remaining - n
             if progress:
                 progress(n)
     return h.hexdigest()
 
 
-def slices(path: Path, size: int, chunk_size: int) -> list[Slice]:
+def slices(path: Path, size: int, chunk_size: int, holes: bool = False) -> list[Slice]:
     if size <= chunk_size:
         return []
     return [
-        Slice(path, i, off, min(chunk_size, size - off))
+        Slice(path, i, off, min(chunk_size, size - off), holes)
         for i, off in enumerate(range(0, size, chunk_size))
     ]
 
@@ -64,7 +75,9 @@ def hash_slices(
 ) -> dict[tuple[Path, int], str]:
     work = list(work)
     with ThreadPoolExecutor(max_workers=workers or default_workers()) as pool:
-        digests = pool.map(lambda s: hash_range(s.path, s.offset, s.length, progress), work)
+        digests = pool.map(
+            lambda s: hash_range(s.path, s.offset, s.length, progress, s.holes), work
+        )
         return {(s.path, s.index): d for s, d in zip(work, digests, strict=True)}
 
 

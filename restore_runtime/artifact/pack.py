@@ -109,14 +109,23 @@ def list_files(root: Path) -> list[Path]:
 
 
 def describe_files(
-    root: Path, chunk_size: int, workers: int | None = None, progress: ProgressFn | None = None
+    root: Path,
+    chunk_size: int,
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
+    holes: frozenset[str] = frozenset(),
 ) -> list[FileEntry]:
-    """Size, whole-file sha256 and per-chunk sha256 of every file, all hashed in parallel."""
+    """Size and sha256 of every file, all hashed in parallel: a file of one chunk whole, a
+    larger one per chunk only (its whole-file digest would be one core's pass over the
+    biggest file, and would check nothing its chunks do not). The files named in ``holes``
+    (relative paths) have their zero blocks punched out as they are hashed."""
     paths = list_files(root)
     sizes = {p: p.stat().st_size for p in paths}
-    whole = [Slice(p, -1, 0, sizes[p]) for p in paths]
-    parts = [s for p in paths for s in slices(p, sizes[p], chunk_size)]
-    digests = hash_slices(whole + parts, workers or default_workers(), progress)
+    work = []
+    for p in paths:
+        parts = slices(p, sizes[p], chunk_size, p.relative_to(root).as_posix() in holes)
+        work += parts or [Slice(p, -1, 0, sizes[p])]
+    digests = hash_slices(work, workers or default_workers(), progress)
     entries = []
     for p in paths:
         n = len(slices(p, sizes[p], chunk_size))
@@ -124,7 +133,7 @@ def describe_files(
             FileEntry(
                 path=p.relative_to(root).as_posix(),
                 size=sizes[p],
-                sha256=digests[(p, -1)],
+                sha256=digests[(p, -1)] if not n else None,
                 chunks=[digests[(p, i)] for i in range(n)],
             )
         )

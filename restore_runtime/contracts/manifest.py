@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 FORMAT = "snapshot.artifact/v1"
 MANIFEST_NAME = "manifest.json"
@@ -77,9 +77,17 @@ class Cuda(_Model):
 class FileEntry(_Model):
     path: str
     size: int
-    sha256: str
+    #: the whole file's sha256: for a file of one chunk (older artifacts have it for every
+    #: file; a larger file's chunk digests are what is checked)
+    sha256: str | None = None
     #: sha256 of each CHUNK_SIZE slice; present for files larger than one chunk
     chunks: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_digest_at_least(self) -> FileEntry:
+        if self.sha256 is None and not self.chunks:
+            raise ValueError(f"{self.path}: neither a sha256 nor chunk digests")
+        return self
 
 
 class Manifest(_Model):

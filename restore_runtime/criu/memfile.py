@@ -3,10 +3,12 @@ artifact's memory file (contracts/memory.py), and the index checked against the 
 before a restore trusts it.
 
 CRIU restores pages with one thread, at 1.6-2.0 GB/s on an H200 node; filling the same
-memory from outside with 16 threads ran ten times faster. So at checkpoint, after the
-zero-page pass, every run of at least ``MIN_RUN_PAGES`` pages of a writable private
-anonymous mapping goes to ``memory/pages.bin``, and CRIU's pagemap and page file keep the
-rest; CRIU then restores those mappings empty and restore_runtime/memfill.py fills them.
+memory from outside with 16 threads ran ten times faster. So at checkpoint, right after the
+dump, every run of at least ``MIN_RUN_PAGES`` pages of a writable private anonymous mapping
+goes to ``memory/pages.bin``, and CRIU's pagemap and page file keep the rest (which the
+zero-page pass then thins); CRIU restores those mappings empty and
+restore_runtime/memfill.py fills them. The memory file's own zero blocks become holes as it
+is hashed (artifact/hashing.py).
 
 Same rules as criu/sparse.py: only private anonymous mappings (a file mapping's absent page
 would read as the file, not as what is written later), only plain pagemaps (no parent
@@ -15,14 +17,14 @@ writes a read-only page."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from ..contracts.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex, MemoryRange
+from ..holes import punch
 from . import sparse
 from .images import _pycriu_images
 
@@ -32,76 +34,128 @@ MIN_RUN_PAGES = 256
 _PIECE = sparse.PIECE
 
 
+#: madvise advice numbers (CRIU's VMA image keeps a bit per advice the mapping had)
+MADV_HUGEPAGE, MADV_NOHUGEPAGE = 14, 15
+
+
 @dataclass
 class Split:
     ranges: int = 0
     bytes: int = 0
 
 
+@dataclass
+class _Plan:
+    """What moves out of one process's page file, and what stays."""
+
+    pid: str
+    pages: Path
+    head: dict
+    first: dict  # a pagemap entry, the shape write_pagemap copies
+    moved: list[tuple[int, int, int]]  # (vaddr, pages, index in the page file)
+    kept: list[tuple[int, int, int, int]]  # (vaddr, pages, index in the page file, flags)
+
+    @property
+    def moved_bytes(self) -> int:
+        return sum(n for _, n, _ in self.moved) * PAGE
+
+
 def split(images_dir: Path, artifact: Path, min_run_pages: int = MIN_RUN_PAGES) -> Split:
     """Move the large runs of every process's writable private anonymous memory into
-    ``artifact/memory/``. Nothing is written when there is none."""
+    ``artifact/memory/``. Nothing is written when there is none.
+
+    Without a copy of the bulk: the page file of the process with the most to move becomes
+    the memory file by a rename (the index points into it where CRIU wrote each page), and
+    only its kept pages are copied out into a new page file of that name. The other
+    processes' runs are appended. Every piece copied is freed at once, so a nearly full
+    store takes the checkpoint. The mappings that moved are marked for transparent huge
+    pages (as ``madvise(MADV_HUGEPAGE)`` would, unless the workload had said no): the fill
+    then faults 2 MiB at a time, and the CUDA restore reads its host buffers from them."""
     images = _pycriu_images()
-    index: list[MemoryRange] = []
+    plans = [p for pid in sparse.pids(images_dir)
+             if (p := _plan(images, images_dir, pid, min_run_pages))]  # fmt: skip
+    if not plans:
+        return Split()
+    plans.sort(key=lambda p: p.moved_bytes, reverse=True)
+    big, rest = plans[0], plans[1:]
     out = artifact / MEMORY_PAGES
     out.parent.mkdir()
-    with open(out, "wb") as dst:
-        for pid in sparse.pids(images_dir):
-            _split_one(images, images_dir, pid, dst, index, min_run_pages)
-    if not index:
-        shutil.rmtree(out.parent)
-        return Split()
+    os.rename(big.pages, out)  # the staging directory: one file system
+    index = [MemoryRange(pid=int(big.pid), vaddr=v, length=n * PAGE, offset=old * PAGE)
+             for v, n, old in big.moved]  # fmt: skip
+    with open(out, "r+b") as dst:
+        with open(big.pages, "xb") as f:
+            at = 0
+            for _, n, old, _ in big.kept:
+                _copy(dst.fileno(), f.fileno(), old * PAGE, n * PAGE, at)
+                at += n * PAGE
+        end = os.fstat(dst.fileno()).st_size
+        for p in rest:
+            with open(p.pages, "r+b") as f:
+                for v, n, old in p.moved:
+                    _copy(f.fileno(), dst.fileno(), old * PAGE, n * PAGE, end)
+                    index.append(MemoryRange(pid=int(p.pid), vaddr=v, length=n * PAGE,
+                                             offset=end))  # fmt: skip
+                    end += n * PAGE
+                length = sparse.compact(f.fileno(), p.kept)
+            os.truncate(p.pages, length)
+    for p in plans:
+        sparse.write_pagemap(images, images_dir / f"pagemap-{p.pid}.img", p.head, p.kept,
+                             p.first)  # fmt: skip
+        _mark_huge(images, images_dir / f"mm-{p.pid}.img", p.moved)
     (artifact / MEMORY_INDEX).write_bytes(MemoryIndex(ranges=index).to_json())
     return Split(len(index), sum(r.length for r in index))
 
 
-def _split_one(images, images_dir: Path, pid: str, dst: BinaryIO, index: list[MemoryRange],
-               min_run: int) -> None:  # fmt: skip
+def _plan(images, images_dir: Path, pid: str, min_run: int) -> _Plan | None:
     ranges = sparse.anon_private_ranges(sparse.vmas(images, images_dir, pid), writable=True)
     if not ranges or (plain := sparse.plain_pagemap(images, images_dir, pid)) is None:
-        return
+        return None
     head, entries = plain
     pages = images_dir / f"pages-{head['pages_id']}.img"
     if not pages.stat().st_size:
-        return
-    kept: list[tuple[int, int, int, int]] = []  # (vaddr, pages, index in the old file, flags)
-    moved_any = False
+        return None
+    moved: list[tuple[int, int, int]] = []
+    kept: list[tuple[int, int, int, int]] = []
     at = 0
-    with open(pages, "r+b") as f:
-        for e in entries:
-            n, vaddr = e.get("nr_pages") or e["compat_nr_pages"], e["vaddr"]
-            moved = bytearray(n)
-            for i, j in sparse.spans(ranges, vaddr, n):
-                if j - i < min_run:
-                    continue
-                moved[i:j] = b"\x01" * (j - i)
-                offset = dst.tell()
-                _copy(f.fileno(), dst.fileno(), (at + i) * PAGE, (j - i) * PAGE)
-                dst.seek(offset + (j - i) * PAGE)
-                index.append(MemoryRange(pid=int(pid), vaddr=vaddr + i * PAGE,
-                                         length=(j - i) * PAGE, offset=offset))  # fmt: skip
-                moved_any = True
-            kept += [(vaddr + i * PAGE, j - i, at + i, e["flags"])
-                     for i, j in sparse.kept_runs(moved)]  # fmt: skip
-            at += n
-        if not moved_any:
-            return
-        pagemap = images_dir / f"pagemap-{pid}.img"
-        sparse.write_pagemap(images, pagemap, head, kept, entries[0])
-        length = sparse.compact(f.fileno(), kept)
-    os.truncate(pages, length)
+    for e in entries:
+        n, vaddr = e.get("nr_pages") or e["compat_nr_pages"], e["vaddr"]
+        mask = bytearray(n)
+        for i, j in sparse.spans(ranges, vaddr, n):
+            if j - i >= min_run:
+                mask[i:j] = b"\x01" * (j - i)
+                moved.append((vaddr + i * PAGE, j - i, at + i))
+        kept += [(vaddr + i * PAGE, j - i, at + i, e["flags"])
+                 for i, j in sparse.kept_runs(mask)]  # fmt: skip
+        at += n
+    return _Plan(pid, pages, head, entries[0], moved, kept) if moved else None
 
 
-def _copy(src: int, dst: int, offset: int, length: int) -> None:
-    """Append ``length`` bytes at ``offset`` of ``src`` to ``dst``, freeing each piece of
-    the source once copied: the store never holds the moved pages twice (a nearly full
-    store takes the checkpoint, as the zero-page step's in-place compaction made sure)."""
-    out = os.lseek(dst, 0, os.SEEK_CUR)
+def _mark_huge(images, mm: Path, moved: list[tuple[int, int, int]]) -> None:
+    """Set MADV_HUGEPAGE on each mapping that holds a moved run; CRIU's restorer applies
+    the image's advice to the mapping it recreates."""
+    with open(mm, "rb") as f:
+        img = images.load(f, pretty=False)
+    starts = sorted(v for v, _, _ in moved)
+    for vma in img["entries"][0].get("vmas", []):
+        k = bisect.bisect_left(starts, vma["start"])
+        madv = vma.get("madv", 0)
+        if k < len(starts) and starts[k] < vma["end"] and not madv & (1 << MADV_NOHUGEPAGE):
+            vma["madv"] = madv | 1 << MADV_HUGEPAGE
+    tmp = mm.with_suffix(".huge")
+    with open(tmp, "wb") as f:
+        images.dump(img, f)
+    os.replace(tmp, mm)
+
+
+def _copy(src: int, dst: int, offset: int, length: int, out: int) -> None:
+    """Copy ``length`` bytes at ``offset`` of ``src`` to ``out`` of ``dst``, freeing each
+    piece of the source once copied: the store never holds those pages twice."""
     while length:  # the kernel copies; no page passes through Python
         done = os.copy_file_range(src, dst, min(length, _PIECE), offset, out)
         if not done:
             raise OSError(f"short copy into {MEMORY_PAGES}")
-        sparse.punch(src, offset, done)
+        punch(src, offset, done)
         offset, out, length = offset + done, out + done, length - done
 
 

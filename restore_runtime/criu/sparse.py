@@ -15,14 +15,13 @@ with pycriu, never by hand. A process whose pagemap has anything but plain prese
 from __future__ import annotations
 
 import bisect
-import ctypes
-import errno
 import logging
 import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..holes import punch
 from .images import _pycriu_images
 
 log = logging.getLogger(__name__)
@@ -54,9 +53,6 @@ class Result:
 PROT_WRITE = 0x2
 #: the unit in which pages move inside the page file (and its most extra room)
 PIECE = 1 << 20
-_PUNCH_HOLE, _KEEP_SIZE = 0x02, 0x01
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
 
 
 def anon_private_ranges(vmas: list[dict], writable: bool = False) -> list[tuple[int, int]]:
@@ -187,15 +183,6 @@ def compact(fd: int, runs: list[tuple[int, int, int, int]]) -> int:
             src, out, length = src + len(piece), out + len(piece), length - len(piece)
         out += length
     return out
-
-
-def punch(fd: int, offset: int, length: int) -> None:
-    if length <= 0:
-        return
-    if _libc.fallocate(fd, _PUNCH_HOLE | _KEEP_SIZE, offset, length) != 0:
-        err = ctypes.get_errno()
-        if err != errno.EOPNOTSUPP:  # a store without holes only needs more room
-            raise OSError(err, os.strerror(err))
 
 
 def write_pagemap(images, pagemap: Path, head: dict,

@@ -25,6 +25,7 @@ from ..artifact.pack import Staging, describe_files, write_manifest
 from ..artifact.rootfs_pack import DEFAULT_MAX_BYTES
 from ..compat import host_info
 from ..contracts.manifest import CHUNK_SIZE, CRIU_DIR, Compat, Cuda, Manifest, Network, Source
+from ..contracts.memory import MEMORY_PAGES
 from ..criu import memfile, runner
 from ..criu.sparse import elide_zero_pages
 from ..errors import CudaError, SnapshotError
@@ -183,18 +184,23 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
                     _give_back(req, gpu, inflight.quiesced)
                     inflight.quiesced = False
             with timer.phase("pack"):
-                if not req.keep_zero_pages:
-                    with timer.step("sparse"):
-                        sparse = elide_zero_pages(images)
-                    log.info("left out %d of %d dumped pages: zero pages of private anonymous "
-                             "memory", sparse.dropped, sparse.pages)  # fmt: skip
+                # the bulk first, by a rename; the zero-page pass then reads only what
+                # stays with CRIU, and the memory file's zero blocks become holes as it is
+                # hashed, on every core
                 if req.split_memory:
                     with timer.step("memfile"):
                         moved = memfile.split(images, staging.dir)
                     log.info("moved %d range(s), %.2f GB, into the memory file", moved.ranges,
                              moved.bytes / 1e9)  # fmt: skip
+                if not req.keep_zero_pages:
+                    with timer.step("sparse"):
+                        sparse = elide_zero_pages(images)
+                    log.info("left out %d of %d dumped pages: zero pages of private anonymous "
+                             "memory", sparse.dropped, sparse.pages)  # fmt: skip
                 dumper.pack_extra(staging.dir)
-                files = describe_files(staging.dir, CHUNK_SIZE, progress=progress.add_bytes)
+                with timer.step("hash"):
+                    files = describe_files(staging.dir, CHUNK_SIZE, progress=progress.add_bytes,
+                                           holes=frozenset({MEMORY_PAGES}))  # fmt: skip
             manifest = _manifest(req, host, command, own_netns, pod_ips,
                                  cuda_ns_pids, gpu.pids, files,
                                  timer)  # fmt: skip

@@ -2,11 +2,14 @@
 
 Before the fork the parent fills 48 MiB of private anonymous memory (a malloc'd heap
 buffer) and a 16 MiB private anonymous mapping; the child changes a quarter of the
-mapping, so the rest is still shared copy-on-write with the parent's. Beside them: a
+mapping, so the rest is still shared copy-on-write with the parent's. An 8 MiB private
+anonymous mapping holds data in its first MiB and zeros written over the rest (dumped pages
+all the same, which the memory file punches out and the fill skips). Beside them: a
 read-only private anonymous mapping with data (never filled from outside: it stays in CRIU's
 images), a shared anonymous mapping (CRIU dumps it apart) and a private mapping of a file
-with one page changed. Each process answers on its own port with ``heap=HEX map=HEX ro=HEX
-shared=HEX file=HEX`` (digests of what it sees), which only a faithful restore keeps.
+with one page changed. Each process answers on its own port with ``heap=HEX map=HEX
+zeros=HEX ro=HEX shared=HEX file=HEX`` (digests of what it sees), which only a faithful
+restore keeps.
 
     python big_heap.py HOST PORT FILE     (the child answers on PORT + 1)
 """
@@ -35,6 +38,9 @@ def main() -> None:
     heap = bytearray(_pattern(48 * MiB, 1))
     anon = mmap.mmap(-1, 16 * MiB, flags=PRIVATE)
     anon[:] = _pattern(16 * MiB, 2)
+    zeros = mmap.mmap(-1, 8 * MiB, flags=PRIVATE)
+    zeros[:] = _pattern(8 * MiB, 6)
+    zeros[MiB:] = bytes(7 * MiB)
     ro = mmap.mmap(-1, 4 * MiB, flags=PRIVATE)
     ro[:] = _pattern(4 * MiB, 3)
     addr = ctypes.addressof(ctypes.c_char.from_buffer(ro))
@@ -54,7 +60,8 @@ def main() -> None:
     while True:
         conn, _ = srv.accept()
         with conn:
-            parts = {"heap": heap, "map": anon, "ro": ro, "shared": shared, "file": fmap}
+            parts = {"heap": heap, "map": anon, "zeros": zeros, "ro": ro, "shared": shared,
+                     "file": fmap}  # fmt: skip
             line = " ".join(f"{k}={hashlib.sha256(v).hexdigest()[:16]}" for k, v in parts.items())
             conn.sendall(f"{line} pid={os.getpid()}\n".encode())
 

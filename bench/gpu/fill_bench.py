@@ -1,0 +1,110 @@
+"""The fill's own speed on this machine's cores (no GPU): restore_runtime/memfill.py filling a
+stopped process's private anonymous mapping from a memory file on tmpfs, against the raw copy
+(``process_vm_writev`` alone, no read and no hash) with as many threads, with and without
+``MADV_HUGEPAGE`` on the target. One run, so the ratios compare.
+
+    python3 bench/gpu/fill_bench.py --gib 4 --threads 1,4,16 --out fill.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import hashlib
+import json
+import mmap
+import os
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from restore_runtime import memfill  # noqa: E402
+from restore_runtime.contracts.manifest import CHUNK_SIZE  # noqa: E402
+from restore_runtime.contracts.memory import MemoryRange  # noqa: E402
+
+
+def _target(size: int, huge: bool) -> tuple[int, int]:
+    """A stopped child with an untouched mapping of ``size`` bytes: (pid, address)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if huge:
+            m.madvise(mmap.MADV_HUGEPAGE)
+        os.write(w, ctypes.addressof(ctypes.c_char.from_buffer(m)).to_bytes(8, "little"))
+        os.kill(os.getpid(), signal.SIGSTOP)
+        os._exit(0)
+    addr = int.from_bytes(os.read(r, 8), "little")
+    os.close(r)
+    os.close(w)
+    os.waitpid(pid, os.WSTOPPED)
+    return pid, addr
+
+
+def _raw(src: mmap.mmap, pid: int, addr: int, threads: int) -> None:
+    base = ctypes.addressof(ctypes.c_char.from_buffer(src))
+    pieces = range(0, len(src), CHUNK_SIZE)
+
+    def one(off: int) -> None:
+        buf = (ctypes.c_char * min(CHUNK_SIZE, len(src) - off)).from_address(base + off)
+        memfill._write(pid, buf, 0, addr + off, len(buf))
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, pieces))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gib", type=float, default=4.0)
+    ap.add_argument("--threads", default="1,4,8,16")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    size = int(args.gib * (1 << 30)) // CHUNK_SIZE * CHUNK_SIZE
+    path = Path("/dev/shm/fill-bench-pages.bin")
+    block = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(size >> 20):
+            f.write(block)
+    digests = []
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK_SIZE):
+            digests.append(hashlib.sha256(chunk).hexdigest())
+    res: dict = {"bytes": size, "cpus": os.cpu_count(), "runs": []}
+    # the raw copy's source: the same file, mapped and populated (private: ctypes needs a
+    # writable buffer, and nothing writes it)
+    prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_POPULATE
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, flags=flags, prot=prot) as src:
+        pid, addr = _target(size, False)  # a first, untimed pass: the kernel's free lists
+        _raw(src, pid, addr, 1)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        for threads in [int(t) for t in args.threads.split(",")]:
+            for huge in (False, True):
+                for kind in ("raw", "fill"):
+                    pid, addr = _target(size, huge)
+                    t0 = time.monotonic()
+                    if kind == "raw":
+                        _raw(src, pid, addr, threads)
+                    else:
+                        memfill.fill(path, CHUNK_SIZE, digests,
+                                     [MemoryRange(pid=1, vaddr=addr, length=size, offset=0)],
+                                     {1: pid}, threads)  # fmt: skip
+                    dt = time.monotonic() - t0
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    run = {"kind": kind, "threads": threads, "huge": huge,
+                           "gb_s": round(size / dt / 1e9, 2)}  # fmt: skip
+                    res["runs"].append(run)
+                    print(json.dumps(run), flush=True)
+                    args.out.write_text(json.dumps(res, indent=2))
+    path.unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
