@@ -11,6 +11,7 @@ path), and writes the pod status back through pods/status."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from restore_runtime.artifact import oci
 from restore_runtime.artifact.oci import OciError, OciRef, RegistryAccess
 from restore_runtime.contracts import annotations as ann
 from restore_runtime.contracts.handshake import DEFAULT_CONTROL_DIR
+from tests.admission_policy import installed_policy
 from tests.conftest import requires_containerd
 from tests.controller.objects import conditions
 from tests.helpers import ROOT, ask
@@ -206,9 +208,20 @@ async def test_snapshot_checkpoint_restore_report_delete(
 ):
     """With the OCI store, the replica restores on a node whose cache is empty (the source
     node's cached copy is dropped first), and deleting the PodSnapshot deletes the
-    registry's copy."""
-    api, snap_url = kubelet.api, snaps(kubelet.ns)
+    registry's copy; the chart's admission policy, rendered for that registry, is in force
+    and admits the replica as the webhook writes it (isolation round 2, attack 7)."""
     sfx, settings, reg = storage
+    policy = contextlib.nullcontext()
+    if reg is not None:
+        values = {"storage.type": "oci",
+                  "storage.oci.repository": f"oci://{reg.address}/snapshots/flow"}  # fmt: skip
+        policy = installed_policy(control_plane, kubelet.ns, values, "-flow", webhook=False)
+    with policy:
+        await _flow(control_plane, containerd, kubelet, tmp_path, sfx, settings, reg)
+
+
+async def _flow(control_plane, containerd, kubelet, tmp_path, sfx, settings, reg) -> None:
+    api, snap_url = kubelet.api, snaps(kubelet.ns)
     src = api.post(f"/api/v1/namespaces/{kubelet.ns}/pods", json={
         "metadata": {"name": f"src{sfx}"},
         "spec": {"containers": [{"name": "main", "image": IMAGE}]}}).json()  # fmt: skip

@@ -17,13 +17,15 @@ verifies the result (file hashes, signature, binding) as it does any artifact.""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -250,11 +252,39 @@ def _parse_layers(manifest: dict, max_bytes: int) -> tuple[list[_Part], dict[str
     return parts, sizes
 
 
-def _fetch_manifest(c: _Client, digest: str) -> dict:
+@contextlib.contextmanager
+def _until(r, deadline: float, what: str) -> Iterator[None]:
+    """Cut the response's connection once ``deadline`` passes. A registry that trickles its
+    bytes keeps every read inside the read timeout, and a read of a whole block can last as
+    long as it likes, so only a watchdog bounds the pull."""
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()
+        sock = getattr(getattr(r.raw, "connection", None), "sock", None)
+        if sock is not None:  # a blocked read then ends at once
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except Exception:
+        if expired.is_set():
+            raise OciError(f"pulling {what} took longer than the pull timeout") from None
+        raise
+    finally:
+        timer.cancel()
+
+
+def _fetch_manifest(c: _Client, digest: str, deadline: float) -> dict:
     body = b""
     # read no more than a manifest may be: a registry could answer with gigabytes
-    with c.request("GET", f"/manifests/{digest}", ok=(200,), stream=True,
-                   headers={"Accept": MANIFEST_TYPE}) as r:  # fmt: skip
+    with (c.request("GET", f"/manifests/{digest}", ok=(200,), stream=True,
+                    headers={"Accept": MANIFEST_TYPE}) as r,
+          _until(r, deadline, "the manifest")):  # fmt: skip
         for chunk in r.iter_content(chunk_size=64 * 1024):
             body += chunk
             if len(body) > MAX_MANIFEST_BYTES:
@@ -270,7 +300,8 @@ def _fetch_manifest(c: _Client, digest: str) -> dict:
 
 def _download(c: _Client, part: _Part, fd: int, deadline: float) -> None:
     h, at = hashlib.sha256(), part.offset
-    with c.request("GET", f"/blobs/{part.digest}", ok=(200,), stream=True) as r:
+    with (c.request("GET", f"/blobs/{part.digest}", ok=(200,), stream=True) as r,
+          _until(r, deadline, part.title)):  # fmt: skip
         for chunk in r.iter_content(chunk_size=_READ):
             if at + len(chunk) > part.offset + part.size:
                 raise OciError(f"blob {part.digest} of {part.title} is longer than its layer says")
@@ -295,7 +326,7 @@ def pull(
         raise OciError(f"{ref.uri} is not pinned to a digest")
     deadline = time.monotonic() + timeout_s
     clients = _Clients(ref, access)
-    manifest = _fetch_manifest(clients.client, ref.digest)
+    manifest = _fetch_manifest(clients.client, ref.digest, deadline)
     parts, sizes = _parse_layers(manifest, max_bytes)
     if reserve is not None:
         reserve(sum(sizes.values()))

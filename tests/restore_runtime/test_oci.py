@@ -5,14 +5,18 @@ Cases: a pushed artifact pulls into an empty cache byte for byte, in parts, and 
 with the source's state; a second fetch is a cache hit; a tampered blob or manifest in the
 registry is refused and leaves nothing in the cache; an OCI ref holding another artifact than
 the admitted digest is refused; hostile layer titles never write outside the pull's
-directory; the cache evicts least recently used entries but never one in use."""
+directory; a registry that trickles its bytes is cut at the pull timeout; the cache evicts
+least recently used entries but never one in use."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import socket
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -114,6 +118,82 @@ def test_tampered_registry_content_is_refused(registry, artifact, tmp_path, what
         assert not any((tmp_path / "cache").iterdir()), "nothing half-pulled stays behind"
     finally:
         data.write_bytes(original)
+
+
+@contextlib.contextmanager
+def _trickling(upstream: str, fast: int = 64 * 1024, gap: float = 0.05):
+    """A TCP proxy in front of the real registry: requests pass at once, and each connection's
+    answers too up to ``fast`` bytes, then one byte every ``gap`` seconds, so every read stays
+    inside the client's read timeout. (A test tool in front of the real registry: no registry
+    server can be told to be slow.) Yields the proxy's address."""
+    host, port = upstream.rsplit(":", 1)
+    srv = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+    conns: list[socket.socket] = []
+
+    def pipe(a: socket.socket, b: socket.socket, slow: bool) -> None:
+        sent = 0
+        with contextlib.suppress(OSError):
+            while not stop.is_set() and (data := a.recv(65536)):
+                quick = data if not slow else data[: max(0, fast - sent)]
+                b.sendall(quick)
+                for i in range(len(quick), len(data)):
+                    if stop.wait(gap):
+                        return
+                    b.sendall(data[i : i + 1])
+                sent += len(data)
+        with contextlib.suppress(OSError):
+            b.shutdown(socket.SHUT_WR)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while not stop.is_set():
+                client, _ = srv.accept()
+                server = socket.create_connection((host, int(port)))
+                conns.extend([client, server])
+                for a, b, slow in ((client, server, False), (server, client, True)):
+                    threading.Thread(target=pipe, args=(a, b, slow), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{srv.getsockname()[1]}"
+    finally:
+        stop.set()
+        srv.close()
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+            c.close()
+
+
+def test_a_registry_that_trickles_is_cut_at_the_pull_timeout(registry, artifact, tmp_path):
+    """Isolation round 2, finding 15: the pull deadline held only between blocks, so a
+    registry sending a byte at a time (each read inside its timeout) held a restore, and the
+    kubelet's call, for as long as it liked. The pull now ends at its timeout, mid-block."""
+    art, _, _ = artifact
+    ref = pushed(registry, art, "trickle")
+    cache = ArtifactCache(tmp_path / "cache", access=ACCESS)
+    got: list[BaseException | None] = []
+    with _trickling(registry.address) as slow:
+        t0 = time.monotonic()
+        pull = threading.Thread(target=lambda: got.append(_error_of(
+            lambda: cache.fetch(replace(ref, registry=slow), manifest_digest(art), timeout_s=2)
+        )), daemon=True)  # fmt: skip
+        pull.start()
+        pull.join(30)
+        took = time.monotonic() - t0
+    assert not pull.is_alive(), "the pull was not cut at its timeout"
+    assert isinstance(got[0], OciError) and "longer than the pull timeout" in str(got[0])
+    assert took < 10, took
+    assert not any((tmp_path / "cache").iterdir()), "nothing half-pulled stays behind"
+
+
+def _error_of(call) -> BaseException | None:
+    try:
+        call()
+    except BaseException as e:
+        return e
+    return None
 
 
 def test_another_artifact_under_the_admitted_digest_is_refused(registry, artifact, tmp_path):

@@ -9,15 +9,13 @@ as the webhook writes it, and unrelated changes (a label) to it."""
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import time
 import uuid
 
 import pytest
 
-from devnode import chart, free_port
+from devnode import chart
 from restore_runtime.contracts import annotations as ann
+from tests.admission_policy import installed_policy
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,64 +23,14 @@ pytestmark = [
 ]
 NS = "policy-test"
 STORE = "/var/lib/snapshot/artifacts"
-ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 DIGEST = "sha256:" + "ab" * 32
 JSON_PATCH = {"Content-Type": "application/json-patch+json"}
 
 
-@contextlib.contextmanager
-def _policy(control_plane, ns: str, values: dict | None = None, suffix: str = ""):
-    """The chart's policy (its binding narrowed to ``ns``, so other tests sharing the API
-    server are not affected) and its webhook registration, pointed at a port where nothing
-    listens."""
-    objs = chart.render(set_values=values)
-    (vap,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"
-              and o["metadata"]["name"].endswith("-annotations")]  # fmt: skip
-    (binding,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"
-                  and o["metadata"]["name"].endswith("-annotations")]  # fmt: skip
-    (mwc,) = [o for o in objs if o["kind"] == "MutatingWebhookConfiguration"]
-    vap["metadata"]["name"] += suffix
-    binding["metadata"]["name"] += suffix
-    binding["spec"]["policyName"] = vap["metadata"]["name"]
-    binding["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {
-        "kubernetes.io/metadata.name": ns}}}  # fmt: skip
-    mwc["metadata"]["name"] = f"policy-test-webhook{suffix}"
-    mwc["webhooks"][0]["clientConfig"] = {
-        "url": f"https://127.0.0.1:{free_port()}/mutate",
-        "caBundle": base64.b64encode(control_plane.ca.read_bytes()).decode(),
-    }
-    created = [
-        (f"{ADMISSION}/validatingadmissionpolicies", vap),
-        (f"{ADMISSION}/validatingadmissionpolicybindings", binding),
-        (f"{ADMISSION}/mutatingwebhookconfigurations", mwc),
-    ]
-    with control_plane.client() as c:
-        c.post("/api/v1/namespaces", json={"metadata": {"name": ns}})
-        for path, obj in created:
-            r = c.post(path, json=obj)
-            assert r.status_code == 201, r.text
-        _wait_until_enforced(c, ns)
-        yield c
-        for path, obj in created:
-            c.delete(f"{path}/{obj['metadata']['name']}")
-
-
 @pytest.fixture(scope="module")
 def guarded(control_plane):
-    with _policy(control_plane, NS) as c:
+    with installed_policy(control_plane, NS) as c:
         yield c
-
-
-def _wait_until_enforced(c, ns: str) -> None:
-    """The API server loads policies asynchronously: probe with a pod it must reject."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        r = c.post(f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All"},
-                   json=pod(**{ann.ARTIFACT: "file:///etc"}))  # fmt: skip
-        if r.status_code == 403:
-            return
-        time.sleep(0.5)
-    pytest.fail("the ValidatingAdmissionPolicy was not enforced within 30s")
 
 
 def pod(restore_from: str | None = None, **annotations: str) -> dict:
@@ -156,7 +104,7 @@ OCI_NS, REPO = "policy-test-oci", "oci://registry.internal:5000/snaps"
 def guarded_oci(control_plane):
     """The same policy rendered for OCI storage (its own name, bound to its own namespace)."""
     values = {"storage.type": "oci", "storage.oci.repository": REPO}
-    with _policy(control_plane, OCI_NS, values, suffix="-oci") as c:
+    with installed_policy(control_plane, OCI_NS, values, suffix="-oci") as c:
         yield c
 
 
