@@ -100,7 +100,11 @@ def _frozen(ctr: str, runc: str) -> bool:
     if not pid:  # runc reports no PID while its checkpoint holds the container
         return False
     unified = ""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except FileNotFoundError:  # the dump was over and ended the source meanwhile
+        return False
+    for line in lines:
         _, controllers, rel = line.split(":", 2)
         if "freezer" in controllers.split(",") and rel != "/":
             state = Path("/sys/fs/cgroup/freezer", rel.lstrip("/"), "freezer.state")
