@@ -1,3 +1,4 @@
 """What the control-plane components (webhook, controller, node agent) share about
-Kubernetes: the one client module (``api``, the only importer of kubernetes-asyncio) and
-pod-spec edits (``podspec``). The engine and the shim never import it."""
+Kubernetes: the client (``api``; kubernetes-asyncio is imported only under ``agent/``,
+``controller/``, ``webhook/`` and here) and pod-spec edits (``podspec``). The engine and
+the shim never import it."""

@@ -2,9 +2,7 @@
 in-cluster config or a KUBECONFIG, and typed access to PodSnapshots. Deliberately thin: the
 decisions live in pure functions over the models of contracts/crd.py.
 
-The control plane's one importer of kubernetes-asyncio besides the agent's own Kubernetes I/O
-(``agent/run.py``); the engine, the shim and snapshotctl never load it
-(tests/test_layering.py)."""
+The engine, the shim and snapshotctl never load kubernetes-asyncio (tests/test_layering.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 ``check`` is a pure function over the manifest's compat block and a ``HostInfo``; it returns
 every reason (field, expected, found) rather than stopping at the first. The restore path and
-the admission webhook both use it.
+the node agent (which pre-pulls only what its node could restore) both use it.
 """
 
 from __future__ import annotations
