@@ -87,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--restart-command", metavar="CMD",
                    help="shell command that restarts the host's containerd, run when its "
                         "config changed (until it succeeds once)")  # fmt: skip
+    n.add_argument("--fill-threads", type=int, default=0, metavar="N",
+                   help="threads that fill a restore's memory into the tree (0: the node's "
+                        "CPUs, at most 16)")  # fmt: skip
     n.add_argument("--host-to-container", action="append", default=[], type=Path,
                    metavar="HOST_PATH",
                    help="a host path the agent mounts with HostToContainer propagation (the "
@@ -172,7 +175,8 @@ def cmd_install_node(args: argparse.Namespace) -> int:
     check_host_mounts(args.host_to_container)
     res = install(args.host_root, args.prefix, args.containerd_config, args.verify_key,
                   store_root=args.store, signing_required=args.signing_required,
-                  sign_key=args.sign_key, bin_dir=args.bin_dir, oci=_oci_node(args))  # fmt: skip
+                  sign_key=args.sign_key, bin_dir=args.bin_dir, oci=_oci_node(args),
+                  fill_threads=args.fill_threads or None)  # fmt: skip
     print(f"shim: {res.shim}; containerd config {'updated' if res.config_changed else 'unchanged'}")
     # Until containerd has restarted, a marker beside its config says it must: a restart that
     # fails (the init container then fails and runs again) is retried though the config no

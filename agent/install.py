@@ -138,6 +138,7 @@ def install(
     sign_key: Path | None = None,
     bin_dir: Path = Path("/usr/local/bin"),
     oci: NodeConfig | None = None,
+    fill_threads: int | None = None,
 ) -> InstallResult:
     """packages: the site-packages to copy (default: this environment's). The public key
     comes from ``verify_key``, or is derived from the private ``sign_key``. ``bin_dir``: a
@@ -176,7 +177,7 @@ def install(
         log.warning("no verify key: restores on this node are refused until one is installed "
                     "(or signing is turned off with --no-signing-required)")  # fmt: skip
     node = NodeConfig(store_root=store_root, verify_key_path=key,
-                      signing_required=signing_required)  # fmt: skip
+                      signing_required=signing_required, fill_threads=fill_threads)  # fmt: skip
     if oci is not None:
         auth = None
         if oci.oci_auth_file is not None:

@@ -2,7 +2,7 @@
 
 A punched range reads as zero, so punching zeros changes neither the bytes nor their digest.
 The page-file compaction (criu/sparse.py) frees what it moved; the memory file's hashing
-(artifact/hashing.py) punches its zero blocks, which a restore then skips (memfill.py)."""
+(artifact/hashing.py) punches its zero blocks, so the store holds less."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import ctypes
 import errno
 import os
 
-#: the unit in which zero bytes are found and skipped
+#: the unit in which zero bytes are found and punched
 ZERO_BLOCK = 64 * 1024
 _ZEROS = bytes(ZERO_BLOCK)
 _PUNCH_HOLE, _KEEP_SIZE = 0x02, 0x01

@@ -1,7 +1,8 @@
 """The fill's own speed on this machine's cores (no GPU): restore_runtime/memfill.py filling a
 stopped process's private anonymous mapping from a memory file on tmpfs, against the raw copy
 (``process_vm_writev`` alone, no read and no hash) with as many threads, with and without
-``MADV_HUGEPAGE`` on the target. One run, so the ratios compare.
+``MADV_HUGEPAGE`` on the target, and against reading and hashing the file alone (what the
+verification costs). One run, so the ratios compare.
 
     python3 bench/gpu/fill_bench.py --gib 4 --threads 1,4,16 --out fill.json
 """
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from restore_runtime import memfill  # noqa: E402
+from restore_runtime.artifact.hashing import hash_slices, slices  # noqa: E402
 from restore_runtime.contracts.manifest import CHUNK_SIZE  # noqa: E402
 from restore_runtime.contracts.memory import MemoryRange  # noqa: E402
 
@@ -84,6 +86,12 @@ def main() -> int:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         for threads in [int(t) for t in args.threads.split(",")]:
+            t0 = time.monotonic()
+            hash_slices(slices(path, size, CHUNK_SIZE), threads)
+            run = {"kind": "hash", "threads": threads,
+                   "gb_s": round(size / (time.monotonic() - t0) / 1e9, 2)}  # fmt: skip
+            res["runs"].append(run)
+            print(json.dumps(run), flush=True)
             for huge in (False, True):
                 for kind in ("raw", "fill"):
                     pid, addr = _target(size, huge)

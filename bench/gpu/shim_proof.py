@@ -50,6 +50,7 @@ from restore_runtime.contracts.annotations import (  # noqa: E402
     SANDBOX_NAMESPACE,
 )
 from restore_runtime.contracts.handshake import RESTORE_REPORT  # noqa: E402
+from restore_runtime.contracts.node import FILL_THREADS_ENV  # noqa: E402
 from restore_runtime.contracts.runtime import RUNTIME_TYPE  # noqa: E402
 
 # unique ids: runc state of an interrupted earlier run must not collide
@@ -60,13 +61,15 @@ SRC, DST = f"src-{RUN}", f"dst-{RUN}"
 DEVICES = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
 
 
-def shim_bin(work: Path) -> Path:
+def shim_bin(work: Path, fill_threads: int = 0) -> Path:
     """containerd finds runtime io.containerd.snapshot.v2 as containerd-shim-snapshot-v2 on
-    its PATH; without an installed package, a wrapper runs the module from this checkout."""
+    its PATH; without an installed package, a wrapper runs the module from this checkout
+    (with the node's fill-thread setting, as the installer's wrapper sets it)."""
     d = work / "bin"
     d.mkdir(parents=True, exist_ok=True)
     w = d / "containerd-shim-snapshot-v2"
-    w.write_text(f'#!/bin/sh\nexec {sys.executable} -m shim "$@"\n')
+    env = f"{FILL_THREADS_ENV}={fill_threads} " if fill_threads else ""
+    w.write_text(f'#!/bin/sh\n{env}exec {sys.executable} -m shim "$@"\n')
     w.chmod(0o755)
     return d
 
@@ -221,6 +224,8 @@ def restore_one(node: Containerd, args, art: Path, ck: dict, dst: str, work: Pat
     ex = node.ctr("task", "exec", "--exec-id", "probe", dst, "sh", "-c", "echo $((6*7))",
                   check=False)  # fmt: skip
     one["exec_in_restored"] = ex.stdout.strip()
+    if log:  # the shim's delete removes its log
+        shutil.copy(log, args.out / f"{args.name}-{log.name}")
     node.ctr("task", "kill", "-s", "KILL", dst, check=False)
     time.sleep(2)
     one["task_after_kill"] = node.ctr("task", "ls", check=False).stdout
@@ -290,6 +295,12 @@ def main() -> int:
         action="store_true",
         help="one more restore with transparent huge pages 'always'",
     )
+    ap.add_argument("--host-trials", default="",
+                    help="then one restore under each host setting, e.g. "
+                         "defrag=defer,enabled=never,compact (bench/gpu/thp.py)")  # fmt: skip
+    ap.add_argument("--fill-threads", default="0",
+                    help="the shim's fill threads for each restore in turn, e.g. 16,8,32 "
+                         "(0: its default)")  # fmt: skip
     ap.add_argument(
         "--cold-timeout",
         type=float,
@@ -302,6 +313,7 @@ def main() -> int:
         help="run the CPU counter workload instead (checks the plumbing anywhere)",
     )
     args = ap.parse_args()
+    fills = [int(n) for n in args.fill_threads.split(",")]
     work = Path(f"/dev/shm/snapshot-shim-proof-{uuid.uuid4().hex[:6]}")
     worker = [sys.executable, str(HERE / "worker.py"), "--port", str(args.port),
               "--layers", str(args.layers), "--width", str(args.width),
@@ -348,8 +360,11 @@ def main() -> int:
         for i in range(args.restores + args.thp_trial):
             dst = f"{DST}-{i}"
             dsts.append(dst)
+            threads = fills[i % len(fills)]
+            shim_bin(work, threads)  # read at each shim's start
             if i < args.restores:
-                restores.append(restore_one(node, args, art, ck, dst, work, worker, ref))
+                one = restore_one(node, args, art, ck, dst, work, worker, ref)
+                restores.append({"fill_threads": threads or "default", **one})
                 continue
             try:  # the node tuning: transparent huge pages "always"
                 with thp.always() as before:
@@ -358,6 +373,16 @@ def main() -> int:
             except Exception as e:  # a trial, not the proof
                 res["restore_thp_always"] = {"error": f"{type(e).__name__}: {e}"}
         res["restores"] = restores
+        shim_bin(work)
+        for k, spec in enumerate(filter(None, args.host_trials.split(","))):
+            dst = f"{DST}-t{k}"
+            dsts.append(dst)
+            try:  # a trial, not the proof
+                with thp.trial(spec) as before:
+                    one = restore_one(node, args, art, ck, dst, work, worker, ref)
+                res.setdefault("host_trials", {})[spec] = {"before": before, **one}
+            except Exception as e:
+                res.setdefault("host_trials", {})[spec] = {"error": f"{type(e).__name__}: {e}"}
         first = restores[0]
         res["restore"] = first  # the headline, named as in earlier results
         ok = [r["report"]["outcome"] == "restored" and r["identical"]

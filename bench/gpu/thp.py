@@ -10,11 +10,12 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-KNOB = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+THP = Path("/sys/kernel/mm/transparent_hugepage")
+KNOB = THP / "enabled"
 
 
-def setting() -> str:
-    return KNOB.read_text().split("[")[1].split("]")[0]
+def setting(knob: Path = KNOB) -> str:
+    return knob.read_text().split("[")[1].split("]")[0]
 
 
 @contextlib.contextmanager
@@ -27,3 +28,23 @@ def always() -> Iterator[str]:
     finally:
         with contextlib.suppress(OSError):
             KNOB.write_text(before)
+
+
+@contextlib.contextmanager
+def trial(spec: str) -> Iterator[str]:
+    """One host setting for a trial: ``enabled=VALUE`` or ``defrag=VALUE`` (the THP knobs),
+    or ``compact`` (the kernel compacts free memory first, once). Yields what was set
+    before."""
+    if spec == "compact":
+        Path("/proc/sys/vm/compact_memory").write_text("1")
+        yield "-"
+        return
+    name, value = spec.split("=", 1)
+    knob = THP / name
+    before = setting(knob)
+    knob.write_text(value)
+    try:
+        yield before
+    finally:
+        with contextlib.suppress(OSError):
+            knob.write_text(before)

@@ -114,19 +114,24 @@ def describe_files(
     workers: int | None = None,
     progress: ProgressFn | None = None,
     holes: frozenset[str] = frozenset(),
+    only: frozenset[str] | None = None,
+    known: list[FileEntry] | None = None,
 ) -> list[FileEntry]:
     """Size and sha256 of every file, all hashed in parallel: a file of one chunk whole, a
     larger one per chunk only (its whole-file digest would be one core's pass over the
     biggest file, and would check nothing its chunks do not). The files named in ``holes``
-    (relative paths) have their zero blocks punched out as they are hashed."""
-    paths = list_files(root)
+    (relative paths) have their zero blocks punched out as they are hashed. ``only``: these
+    files alone; ``known``: entries made earlier, taken as they are."""
+    done = {e.path: e for e in known or []}
+    paths = [p for p in list_files(root) if (rel := p.relative_to(root).as_posix()) not in done
+             and (only is None or rel in only)]  # fmt: skip
     sizes = {p: p.stat().st_size for p in paths}
     work = []
     for p in paths:
         parts = slices(p, sizes[p], chunk_size, p.relative_to(root).as_posix() in holes)
         work += parts or [Slice(p, -1, 0, sizes[p])]
     digests = hash_slices(work, workers or default_workers(), progress)
-    entries = []
+    entries = list(done.values())
     for p in paths:
         n = len(slices(p, sizes[p], chunk_size))
         entries.append(
@@ -137,7 +142,7 @@ def describe_files(
                 chunks=[digests[(p, i)] for i in range(n)],
             )
         )
-    return entries
+    return sorted(entries, key=lambda e: e.path)
 
 
 def write_manifest(root: Path, manifest: Manifest, sign_key: Ed25519PrivateKey | None) -> str:

@@ -16,6 +16,7 @@ OCI_PLAIN_HTTP_ENV = "SNAPSHOT_OCI_PLAIN_HTTP"
 OCI_AUTH_FILE_ENV = "SNAPSHOT_OCI_AUTH_FILE"
 OCI_CACHE_MAX_BYTES_ENV = "SNAPSHOT_OCI_CACHE_MAX_BYTES"
 OCI_PULL_TIMEOUT_ENV = "SNAPSHOT_OCI_PULL_TIMEOUT"
+FILL_THREADS_ENV = "SNAPSHOT_FILL_THREADS"
 DEFAULT_STORE_ROOT = Path("/var/lib/snapshot/artifacts")
 
 
@@ -36,6 +37,8 @@ class NodeConfig:
     #: a pull that takes longer fails the restore (a cold start under fallback): it must end
     #: well inside the kubelet's runtime request timeout (2 minutes by default)
     oci_pull_timeout_s: float = 90.0
+    #: threads that fill a restore's memory file into the tree; None: min(CPUs, 16)
+    fill_threads: int | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> NodeConfig:
@@ -43,6 +46,7 @@ class NodeConfig:
         key = env.get(VERIFY_KEY_ENV)
         required = env.get(SIGNING_REQUIRED_ENV, "true").strip().lower()
         auth = env.get(OCI_AUTH_FILE_ENV)
+        fill = int(env.get(FILL_THREADS_ENV) or 0)
         return cls(
             store_root=Path(env.get(STORE_ROOT_ENV) or DEFAULT_STORE_ROOT),
             verify_key_path=Path(key) if key else None,
@@ -51,6 +55,7 @@ class NodeConfig:
             oci_auth_file=Path(auth) if auth else None,
             oci_cache_max_bytes=int(env.get(OCI_CACHE_MAX_BYTES_ENV) or cls.oci_cache_max_bytes),
             oci_pull_timeout_s=float(env.get(OCI_PULL_TIMEOUT_ENV) or cls.oci_pull_timeout_s),
+            fill_threads=fill if fill > 0 else None,
         )
 
     def to_env(self) -> dict[str, str]:
@@ -65,6 +70,8 @@ class NodeConfig:
             env[OCI_AUTH_FILE_ENV] = str(self.oci_auth_file)
         env[OCI_CACHE_MAX_BYTES_ENV] = str(self.oci_cache_max_bytes)
         env[OCI_PULL_TIMEOUT_ENV] = str(self.oci_pull_timeout_s)
+        if self.fill_threads:
+            env[FILL_THREADS_ENV] = str(self.fill_threads)
         return env
 
     def registry_access(self):

@@ -18,6 +18,7 @@ writes a read-only page."""
 from __future__ import annotations
 
 import bisect
+import errno
 import itertools
 import os
 from dataclasses import dataclass
@@ -105,6 +106,52 @@ def split(images_dir: Path, artifact: Path, min_run_pages: int = MIN_RUN_PAGES) 
         _mark_huge(images, images_dir / f"mm-{p.pid}.img", p.moved)
     (artifact / MEMORY_INDEX).write_bytes(MemoryIndex(ranges=index).to_json())
     return Split(len(index), sum(r.length for r in index))
+
+
+def drop_holes(artifact: Path) -> int:
+    """Leave the memory file's holes (its zero blocks, punched as it was hashed) out of the
+    index, so a restore never writes them: the mappings CRIU restored empty read as zero
+    there already. The chunk digests still cover every byte. Returns the bytes left out.
+    Once per checkpoint, on one thread (``lseek`` takes the file's lock)."""
+    path = artifact / MEMORY_INDEX
+    if not path.exists():
+        return 0
+    index = MemoryIndex.from_json(path.read_bytes())
+    fd = os.open(artifact / MEMORY_PAGES, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = _data_extents(fd)
+    finally:
+        os.close(fd)
+    starts = [a for a, _ in data]
+    kept: list[MemoryRange] = []
+    for r in index.ranges:
+        end = r.offset + r.length
+        k = max(0, bisect.bisect_right(starts, r.offset) - 1)
+        while k < len(data) and data[k][0] < end:
+            lo, hi = max(data[k][0], r.offset), min(data[k][1], end)
+            if lo < hi:
+                kept.append(MemoryRange(pid=r.pid, vaddr=r.vaddr + (lo - r.offset),
+                                        length=hi - lo, offset=lo))  # fmt: skip
+            k += 1
+    path.write_bytes(MemoryIndex(ranges=kept).to_json())
+    return sum(r.length for r in index.ranges) - sum(r.length for r in kept)
+
+
+def _data_extents(fd: int) -> list[tuple[int, int]]:
+    """[start, end) of the file's data, widened to whole pages."""
+    out: list[tuple[int, int]] = []
+    pos, size = 0, os.fstat(fd).st_size
+    while pos < size:
+        try:
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # holes only, up to the end
+                break
+            raise
+        hole = os.lseek(fd, data, os.SEEK_HOLE)
+        out.append((data // PAGE * PAGE, -(-hole // PAGE) * PAGE))
+        pos = hole
+    return out
 
 
 def _plan(images, images_dir: Path, pid: str, min_run: int) -> _Plan | None:

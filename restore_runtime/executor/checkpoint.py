@@ -199,8 +199,7 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
                              "memory", sparse.dropped, sparse.pages)  # fmt: skip
                 dumper.pack_extra(staging.dir)
                 with timer.step("hash"):
-                    files = describe_files(staging.dir, CHUNK_SIZE, progress=progress.add_bytes,
-                                           holes=frozenset({MEMORY_PAGES}))  # fmt: skip
+                    files = _describe(staging.dir, progress)
             manifest = _manifest(req, host, command, own_netns, pod_ips,
                                  cuda_ns_pids, gpu.pids, files,
                                  timer)  # fmt: skip
@@ -217,6 +216,20 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
                 _give_back(req, gpu, inflight.quiesced)
     progress.done()
     return CheckpointResult(path=path, manifest=manifest, digest=digest)
+
+
+def _describe(root: Path, progress: Progress):
+    """Every file's digests. The memory file first: its zero blocks become holes as it is
+    hashed, and the index then leaves them out (a restore writes only data); the index is
+    hashed after that."""
+    memory = None
+    if (root / MEMORY_PAGES).exists():
+        memory = describe_files(root, CHUNK_SIZE, progress=progress.add_bytes,
+                                holes=frozenset({MEMORY_PAGES}),
+                                only=frozenset({MEMORY_PAGES}))  # fmt: skip
+        skipped = memfile.drop_holes(root)
+        log.info("the memory file's zero blocks: %.2f GB, left out of its index", skipped / 1e9)
+    return describe_files(root, CHUNK_SIZE, progress=progress.add_bytes, known=memory)
 
 
 class _InFlight:

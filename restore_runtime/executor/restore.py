@@ -227,9 +227,10 @@ class Restore:
                     self.memory.chunks or [self.memory.sha256],
                     self.memory_index.ranges,
                     procs.host_pids_by_ns_pid(pid),
-                    self.req.fill_threads,
+                    threads := self.req.fill_threads or memfill.default_workers(),
                 )
-            log.info("filled %.2f GB of memory in %.2fs", n / 1e9, self.timer.result()["fill"])
+            log.info("filled %.2f GB of memory in %.2fs with %d threads", n / 1e9,
+                     self.timer.result()["fill"], threads)  # fmt: skip
         with self.phase("verify-wait"):
             if problems := self._late.result():
                 raise VerificationError(problems)

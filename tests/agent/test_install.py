@@ -108,15 +108,17 @@ def test_install_into_a_host_root(tmp_path):
     auth.write_text('{"auths": {"registry.internal": {"auth": "dTpw"}}}')
     oci = NodeConfig(oci_plain_http=("registry.internal",), oci_auth_file=auth,
                      oci_cache_max_bytes=10**9)  # fmt: skip
-    res = inst.install(host, packages=packages, sign_key=private, oci=oci)
+    res = inst.install(host, packages=packages, sign_key=private, oci=oci, fill_threads=6)
     node = NodeConfig.from_env(dict(re.findall(r'export (\w+)="([^"]*)"', res.shim.read_text())))
     assert node.oci_plain_http == ("registry.internal",) and node.oci_cache_max_bytes == 10**9
+    assert node.fill_threads == 6, "the shim reads the node's fill-thread setting back"
     assert node.oci_auth_file == Path("/opt/snapshot/keys/oci-auth.json")
     copied = host / "opt/snapshot/keys/oci-auth.json"
     assert copied.read_bytes() == auth.read_bytes() and copied.stat().st_mode & 0o077 == 0
 
     again = inst.install(host, packages=packages, signing_required=False)
     assert not again.config_changed and "SNAPSHOT_VERIFY_KEY" not in again.shim.read_text()
+    assert NodeConfig.from_env({}).fill_threads is None  # unset: the engine's default
     assert 'SNAPSHOT_SIGNING_REQUIRED="false"' in again.shim.read_text()
 
 

@@ -4,7 +4,7 @@ Before the fork the parent fills 48 MiB of private anonymous memory (a malloc'd 
 buffer) and a 16 MiB private anonymous mapping; the child changes a quarter of the
 mapping, so the rest is still shared copy-on-write with the parent's. An 8 MiB private
 anonymous mapping holds data in its first MiB and zeros written over the rest (dumped pages
-all the same, which the memory file punches out and the fill skips). Beside them: a
+all the same, which the memory file punches out as holes). Beside them: a
 read-only private anonymous mapping with data (never filled from outside: it stays in CRIU's
 images), a shared anonymous mapping (CRIU dumps it apart) and a private mapping of a file
 with one page changed. Each process answers on its own port with ``heap=HEX map=HEX
