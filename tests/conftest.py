@@ -26,9 +26,11 @@ def _criu_problem() -> str | None:
 
 
 CRIU_PROBLEM = _criu_problem()
-requires_criu = pytest.mark.skipif(CRIU_PROBLEM is not None, reason=CRIU_PROBLEM or "")
+#: markers per real component a test needs (``pytest -m "not cluster and not containerd"``);
+#: each skips, saying why, where its component is missing (pytest_collection_modifyitems)
+requires_criu = pytest.mark.criu
 HAS_GPU = Path("/dev/nvidiactl").exists() and Path("/proc/driver/nvidia/version").exists()
-requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="no NVIDIA GPU/driver on this machine")
+requires_gpu = pytest.mark.gpu
 
 
 @pytest.fixture
@@ -40,6 +42,24 @@ def cleanup_pids():
     yield pids
     for p in pids:
         kill(p)
+
+
+#: fixtures that start a real component, and the marker a test using one gets
+_FIXTURE_MARKERS = {"control_plane": "apiserver", "containerd": "containerd"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with the components its fixtures start, and skip, saying why, a test
+    whose component is missing on this machine."""
+    missing = {"criu": CRIU_PROBLEM, "containerd": CONTAINERD_PROBLEM,
+               "gpu": None if HAS_GPU else "no NVIDIA GPU/driver on this machine"}  # fmt: skip
+    for item in items:
+        for fixture, marker in _FIXTURE_MARKERS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+        for marker, problem in missing.items():
+            if problem and item.get_closest_marker(marker):
+                item.add_marker(pytest.mark.skip(reason=problem))
 
 
 def pytest_configure(config):
@@ -95,9 +115,7 @@ def _containerd_problem() -> str | None:
 
 
 CONTAINERD_PROBLEM = _containerd_problem()
-requires_containerd = pytest.mark.skipif(
-    CONTAINERD_PROBLEM is not None, reason=CONTAINERD_PROBLEM or ""
-)
+requires_containerd = pytest.mark.containerd
 
 
 def _containerd2_problem() -> str | None:

@@ -44,6 +44,7 @@ REPLICAS = "app=cpu-demo,pod-template-hash"
 
 pytestmark = [
     requires_containerd,
+    pytest.mark.cluster,
     pytest.mark.root,
     pytest.mark.slow,
     pytest.mark.skipif(cluster.missing() is not None, reason=cluster.missing() or ""),

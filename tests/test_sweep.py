@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = [
     requires_containerd,
+    pytest.mark.cluster,
     pytest.mark.root,
     pytest.mark.slow,
     pytest.mark.skipif(cluster.missing() is not None, reason=cluster.missing() or ""),

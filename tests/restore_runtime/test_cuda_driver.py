@@ -52,7 +52,6 @@ def test_nvidia_device_holders_are_candidates(tmp_path):
     del f
 
 
-@pytest.mark.gpu
 @requires_gpu
 def test_gpu_inventory():
     d = driver.CudaDriver()
