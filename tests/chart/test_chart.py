@@ -246,3 +246,25 @@ def test_oci_storage_reaches_the_agent_and_the_shim():
 
     for o in chart.render(set_values=OCI):
         kubernetes_validate.validate(o, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_a_push_secret_stays_in_the_agent_container():
+    """Isolation round 2, finding 8: with a push secret, the node (the shim's copy, written
+    by install-node onto the host) gets only the pull secret; the push credential is mounted
+    in the agent container alone, never copied onto the node."""
+    values = {**OCI, "storage.oci.pushSecret": "pushcred"}
+    (agent,) = by_kind(chart.render(set_values=values))["DaemonSet"]
+    spec = agent["spec"]["template"]["spec"]
+    (init,), (main,) = spec["initContainers"], spec["containers"]
+    assert "--oci-auth-file=/oci-auth/.dockerconfigjson" in init["args"]
+    assert "--oci-auth-file=/oci-push/.dockerconfigjson" in main["args"]
+    assert not any("/oci-auth/" in a for a in main["args"])
+    mounts = {c["name"]: {m["name"] for m in c["volumeMounts"]} for c in (init, main)}
+    assert "oci-auth" in mounts["install-shim"] and "oci-push" not in mounts["install-shim"]
+    assert "oci-push" in mounts[main["name"]] and "oci-auth" not in mounts[main["name"]]
+    assert {"name": "oci-push", "secret": {"secretName": "pushcred", "defaultMode": 0o400}} in spec[
+        "volumes"]  # fmt: skip
+    import kubernetes_validate
+
+    for o in chart.render(set_values=values):
+        kubernetes_validate.validate(o, kubernetes_validate.latest_version(), strict=True)

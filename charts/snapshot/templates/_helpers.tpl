@@ -49,11 +49,16 @@ certManager (yours, CA injected by cert-manager) */ -}}
 {{- end -}}
 
 
-{{/* The OCI settings the agent (push) and the shim it installs (pull) share. */}}
+{{/* The OCI settings the agent (push) and the shim it installs (pull) share; the
+     credentials are each one's own (snapshot.ociAuthArg). */}}
 {{- define "snapshot.ociArgs" -}}
 - --oci-plain-http={{ join "," .Values.storage.oci.plainHTTP }}
 - --oci-cache-max-gb={{ .Values.storage.oci.cacheMaxGB }}
-{{- if .Values.storage.oci.pullSecret }}
-- --oci-auth-file=/oci-auth/.dockerconfigjson
-{{- end }}
+{{- end -}}
+
+{{/* The credentials of one container: "push" (the agent: storage.oci.pushSecret, else the
+     pull secret) or "pull" (the shim's, copied onto the node: storage.oci.pullSecret). */}}
+{{- define "snapshot.ociAuthMount" -}}
+{{- $s := .root.Values.storage.oci -}}
+{{- if and (eq .role "push") $s.pushSecret -}}/oci-push{{- else if $s.pullSecret -}}/oci-auth{{- end -}}
 {{- end -}}
