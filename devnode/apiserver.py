@@ -8,7 +8,6 @@ rules, admission webhooks) but pods are never scheduled."""
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import shutil
 import ssl
@@ -225,7 +224,3 @@ def control_plane(workdir: Path, address: str | None = None) -> Iterator[Control
         for p in reversed(procs):
             stop_process(p, 15)
         logf.close()
-
-
-def env_with_kubeconfig(cp: ControlPlane) -> dict[str, str]:
-    return {**os.environ, "KUBECONFIG": str(cp.kubeconfig)}

@@ -7,7 +7,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,6 +184,3 @@ def validate_exec_spec(spec: bytes) -> None:
         raise RPCError(Code.INVALID_ARGUMENT, f"exec spec is not JSON: {e}") from e
     if not isinstance(d, dict) or not d.get("args"):
         raise RPCError(Code.INVALID_ARGUMENT, "exec spec has no args")
-
-
-SIGKILL = signal.SIGKILL
