@@ -18,6 +18,7 @@ RUN printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: sid\nCompone
  && rm -rf /var/lib/apt/lists/* /tmp/debian-packages
 
 COPY pyproject.toml README.md /src/
+COPY api /src/api
 COPY restore_runtime /src/restore_runtime
 COPY shim /src/shim
 COPY webhook /src/webhook

@@ -13,9 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from api.node import DEFAULT_STORE_ROOT, NodeConfig
 from restore_runtime.artifact.oci import OciRef
 from restore_runtime.cli import dispatch
-from restore_runtime.contracts.node import DEFAULT_STORE_ROOT, NodeConfig
 from restore_runtime.errors import SnapshotError
 
 #: run in the init container; the host's systemd is reached through PID 1's mount namespace
@@ -127,6 +127,8 @@ def _oci_node(args: argparse.Namespace) -> NodeConfig:
 
 def agent_config(args: argparse.Namespace):
     """``run``'s arguments as the agent's configuration."""
+    from restore_runtime.artifact.node_access import registry_access
+
     from .run import AgentConfig
 
     if not args.node:
@@ -140,7 +142,7 @@ def agent_config(args: argparse.Namespace):
         handshake_timeout_s=args.handshake_timeout,
         sign_key=args.sign_key,
         oci_repository=args.oci_repository,
-        registry=oci.registry_access(),
+        registry=registry_access(oci),
         oci_cache_max_bytes=oci.oci_cache_max_bytes,
         pre_pull=args.oci_pre_pull,
         max_checkpoints=args.max_checkpoints,

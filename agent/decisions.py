@@ -8,18 +8,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubeclient.podspec import CONTROL_VOLUME, container_status, is_running
-from restore_runtime import compat
-from restore_runtime.artifact import oci
-from restore_runtime.compat import HostInfo
-from restore_runtime.contracts import annotations as ann
-from restore_runtime.contracts.annotations import (
+from api import annotations as ann
+from api.annotations import (
     ARTIFACT,
     RESTORED_CONDITION,
     RestoredReason,
     RestoreOutcome,
 )
-from restore_runtime.contracts.crd import (
+from api.crd import (
     ArtifactRef,
     ConditionStatus,
     PodSnapshot,
@@ -30,9 +26,13 @@ from restore_runtime.contracts.crd import (
     condition_true,
     set_condition,
 )
-from restore_runtime.contracts.handshake import pod_empty_dir
-from restore_runtime.contracts.manifest import Compat, Manifest
-from restore_runtime.contracts.report import RestoreReport
+from api.handshake import pod_empty_dir
+from api.manifest import Compat, Manifest
+from api.report import RestoreReport
+from kubeclient.podspec import CONTROL_VOLUME, container_status, is_running
+from restore_runtime import compat
+from restore_runtime.artifact import oci
+from restore_runtime.compat import HostInfo
 from restore_runtime.timing import phases_text
 
 R = PodSnapshotReasons

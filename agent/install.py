@@ -10,7 +10,7 @@ mounted: put the shim on the host and register runtime handler `snapshot` with c
   the virtualenv's packages are copied to PREFIX on the host.
 - A wrapper goes to HOST/usr/local/bin/containerd-shim-snapshot-v2 (containerd looks for
   `containerd-shim-<name>-v2` on its PATH). It exports the node's restore settings
-  (contracts/node.py): the artifact store restores may read, and the public key they must be
+  (api/node.py): the artifact store restores may read, and the public key they must be
   signed with. Only the public key reaches the host: from --sign-key, it is derived here.
   Without a key, restores are refused unless --no-signing-required (the admin's opt-out).
 - containerd's config gets the runtime table, appended once. An imported drop-in would
@@ -32,9 +32,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from api import runtime
+from api.node import DEFAULT_STORE_ROOT, NodeConfig
 from restore_runtime.artifact import signing
-from restore_runtime.contracts import runtime
-from restore_runtime.contracts.node import DEFAULT_STORE_ROOT, NodeConfig
 from restore_runtime.errors import SnapshotError
 from restore_runtime.mounts import propagation_problem
 

@@ -23,6 +23,9 @@ from typing import Any
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
+from api.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
+from api.handshake import RESTORE_REPORT
+from api.report import RestoreReport
 from kubeclient import api as kube
 from kubeclient.watch import Source
 from kubeclient.workqueue import Key, Watched, meta
@@ -31,9 +34,6 @@ from restore_runtime.artifact.cache import CACHE_DIR, DEFAULT_MAX_BYTES, Artifac
 from restore_runtime.artifact.oci import OciRef, RegistryAccess
 from restore_runtime.artifact.pack import remove_stale_staging
 from restore_runtime.compat import HostInfo, host_info
-from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
-from restore_runtime.contracts.handshake import RESTORE_REPORT
-from restore_runtime.contracts.report import RestoreReport
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, CheckpointResult, checkpoint
 from restore_runtime.executor.recovery import recover_interrupted

@@ -32,11 +32,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from api.handshake import RESTORE_REPORT
 from devnode.containerd import Containerd, admitted
 from devnode.cri import Crictl
 from devnode.probe import first_response, parse
 from examples.cpu_demo.run import PORT, start_pod
-from restore_runtime.contracts.handshake import RESTORE_REPORT
 from restore_runtime.executor import CheckpointResult
 
 WORKLOADS = {

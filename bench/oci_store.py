@@ -21,12 +21,12 @@ import sys
 import time
 import uuid
 
+from api.annotations import ARTIFACT
 from bench.cpu import WORKLOADS, Bench, arguments, bench_node, spread, write_result
 from devnode.containerd import admitted
 from devnode.oci_registry import docker_registry
 from restore_runtime.artifact import oci
 from restore_runtime.artifact.cache import CACHE_DIR
-from restore_runtime.contracts.annotations import ARTIFACT
 
 ACCESS = oci.RegistryAccess(plain_http=frozenset({"127.0.0.1"}))
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kubeclient.podspec import add_control_dir
-from restore_runtime.contracts.crd import (
+from api.crd import (
     API_VERSION,
     JOB_LABEL,
     ConditionStatus,
@@ -32,6 +31,7 @@ from restore_runtime.contracts.crd import (
     condition_true,
     set_condition,
 )
+from kubeclient.podspec import add_control_dir
 
 C = SnapshotJobConditions
 T, F = ConditionStatus.TRUE, ConditionStatus.FALSE

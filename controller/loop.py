@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 
 from kubernetes_asyncio import client
 
+from api.crd import ARTIFACT_FINALIZER, JOB_LABEL, PodSnapshot, SnapshotJob
 from controller import jobs, snapshots
 from controller.metrics import ControllerMetrics
 from kubeclient import api as kube
 from kubeclient.api import ApiException
 from kubeclient.watch import Source
 from kubeclient.workqueue import Key, Watched, meta
-from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, JOB_LABEL, PodSnapshot, SnapshotJob
 
 log = logging.getLogger("snapshot.controller")
 COMPONENT = "snapshot-controller"

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubeclient.podspec import container_status, is_running
-from restore_runtime.contracts.crd import (
+from api.crd import (
     ARTIFACT_FINALIZER,
     PodSnapshot,
     PodSnapshotConditions,
@@ -20,6 +19,7 @@ from restore_runtime.contracts.crd import (
     SourceInfo,
     condition_true,
 )
+from kubeclient.podspec import container_status, is_running
 
 READY, FAILED = PodSnapshotConditions.READY, PodSnapshotConditions.FAILED
 R = PodSnapshotReasons

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
+from api.annotations import ARTIFACT, MANIFEST_DIGEST
+from api.node import NodeConfig
 from restore_runtime.artifact import signing
-from restore_runtime.contracts.annotations import ARTIFACT, MANIFEST_DIGEST
-from restore_runtime.contracts.node import NodeConfig
 from restore_runtime.executor import CheckpointRequest, CheckpointResult, checkpoint
 from restore_runtime.executor.runners import RuncContainer
 

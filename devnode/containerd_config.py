@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from restore_runtime.contracts.runtime import runtime_table
+from api.runtime import runtime_table
 
 PAUSE_IMAGE = "localhost/snapshot/pause:1"
 CNI_BIN = "/usr/lib/cni"

@@ -31,11 +31,12 @@ REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SNAPSHOT_IMAGE_CACHE", "/var/cache/snapshot-tools/images"))
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: the packages the Dockerfile copies into the project image
-PROJECT_PACKAGES = ("restore_runtime", "shim", "webhook", "controller", "agent", "kubeclient")
+PROJECT_PACKAGES = ("api", "restore_runtime", "shim", "webhook", "controller", "agent",
+                    "kubeclient")  # fmt: skip
 #: the files examples/cpu_demo/Dockerfile copies (the workload helper and the demo)
 CPU_DEMO_FILES = (
     "restore_runtime/__init__.py", "restore_runtime/workload.py",
-    "restore_runtime/contracts/__init__.py", "restore_runtime/contracts/handshake.py",
+    "api/__init__.py", "api/handshake.py",
     "examples/__init__.py", "examples/cpu_demo/__init__.py", "examples/cpu_demo/workload.py",
 )  # fmt: skip
 LAYER = "application/vnd.oci.image.layer.v1.tar"

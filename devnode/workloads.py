@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from restore_runtime.contracts.handshake import DEFAULT_CONTROL_DIR, pod_empty_dir
+from api.handshake import DEFAULT_CONTROL_DIR, pod_empty_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"

@@ -1,6 +1,6 @@
 """The Kubernetes I/O the control plane shares (webhook, controller, node agent): a client from
 in-cluster config or a KUBECONFIG, and typed access to PodSnapshots. Deliberately thin: the
-decisions live in pure functions over the models of contracts/crd.py.
+decisions live in pure functions over the models of api/crd.py.
 
 The engine, the shim and snapshotctl never load kubernetes-asyncio (tests/test_layering.py)."""
 
@@ -18,7 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ValidationError
 
-from restore_runtime.contracts import crd
+from api import crd
 
 from .watch import Source
 

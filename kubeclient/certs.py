@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from restore_runtime.contracts.handshake import atomic_write
+from api.handshake import atomic_write
 
 log = logging.getLogger("snapshot.webhook")
 VALIDITY = dt.timedelta(days=365)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from restore_runtime.contracts.handshake import CONTROL_DIR_ENV, DEFAULT_CONTROL_DIR
+from api.handshake import CONTROL_DIR_ENV, DEFAULT_CONTROL_DIR
 
 CONTROL_VOLUME = "snapshot-control"
 

@@ -11,10 +11,11 @@ import logging
 import sys
 from pathlib import Path
 
+from api.annotations import RestoreOutcome
+from api.report import RestoreReport
+
 from . import handshake
 from .artifact.verify import load_manifest, manifest_digest, verify
-from .contracts.annotations import RestoreOutcome
-from .contracts.report import RestoreReport
 from .errors import SnapshotError
 from .executor import CheckpointRequest, RestoreRequest, checkpoint, restore
 from .executor.runners import RuncContainer

@@ -12,7 +12,8 @@ import platform
 import re
 from dataclasses import dataclass, field
 
-from .contracts.manifest import Compat, GpuInfo
+from api.manifest import Compat, GpuInfo
+
 from .criu.runner import criu_version, version_tuple
 from .cuda.driver import CudaDriver, cuda_driver_version, driver_version, proc_gpus
 from .errors import CompatReason

@@ -1,4 +1,4 @@
-"""The agent's side of the workload handshake (contract in contracts/handshake.py)."""
+"""The agent's side of the workload handshake (contract in api/handshake.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .contracts.handshake import (
+from api.handshake import (
     CHECKPOINT_REQUESTED,
     READY_FOR_SNAPSHOT,
     RESTORE_COMPLETE,
@@ -20,7 +20,8 @@ from .contracts.handshake import (
     RestoreComplete,
     atomic_write,
 )
-from .contracts.report import RestoreReport
+from api.report import RestoreReport
+
 from .errors import HandshakeTimeout, SnapshotError
 
 POLL_S = 0.02

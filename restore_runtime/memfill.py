@@ -1,5 +1,5 @@
 """Fill a stopped restored tree's memory from the artifact's memory file, with many threads,
-each byte hashed in the same pass (contracts/memory.py; criu/memfile.py made the file).
+each byte hashed in the same pass (api/memory.py; criu/memfile.py made the file).
 
 Each thread takes one chunk of ``pages.bin`` (the manifest's chunks, so their digests are
 the signed ones), reads it block by block, hashes each block and writes it into the ranges
@@ -24,7 +24,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .contracts.memory import MEMORY_PAGES, MemoryRange
+from api.memory import MEMORY_PAGES, MemoryRange
+
 from .errors import Problem, SnapshotError, VerificationError
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .contracts.handshake import (
+from api.handshake import (
     CHECKPOINT_REQUESTED,
     READY_FOR_SNAPSHOT,
     RESTORE_COMPLETE,

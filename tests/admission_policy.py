@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from api import annotations as ann
 from devnode import chart, free_port
-from restore_runtime.contracts import annotations as ann
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 

@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from api import annotations as ann
 from devnode import chart, cluster, project_image, smoke_report
 from devnode.cri import Crictl
 from devnode.probe import ask_line, parse
-from restore_runtime.contracts import annotations as ann
 from tests.conftest import CONTAINERD2_PROBLEM, requires_containerd
 from tests.helpers import ask
 

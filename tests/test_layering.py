@@ -26,19 +26,22 @@ COMPONENTS = {"shim", "webhook", "controller", "agent"}
 DEV_ONLY = {"devnode", "bench", "examples", "tests"}
 CONTROL_PLANE_LIBS = {"kubernetes_asyncio", "kubernetes", "fastapi", "uvicorn", "jsonpatch",
                       "prometheus_client", "starlette", "httpx", "aiohttp"}  # fmt: skip
-ALL_OURS = {"restore_runtime", "kubeclient"} | COMPONENTS | DEV_ONLY
+ALL_OURS = {"api", "restore_runtime", "kubeclient"} | COMPONENTS | DEV_ONLY
 
-#: package -> what of ours (and which third-party control-plane libraries) it may import
+#: package -> what of ours (and which third-party control-plane libraries) it may import:
+#: the contracts (api/) import nothing of ours; the webhook, the controller and kubeclient
+#: need the contracts only, never the engine
 ALLOWED: dict[str, set[str]] = {
-    "restore_runtime": {"restore_runtime"},
-    "kubeclient": {"restore_runtime", "kubeclient"} | CONTROL_PLANE_LIBS,
-    "shim": {"restore_runtime", "shim"},
-    "webhook": {"restore_runtime", "kubeclient", "webhook"} | CONTROL_PLANE_LIBS,
-    "controller": {"restore_runtime", "kubeclient", "controller"} | CONTROL_PLANE_LIBS,
-    "agent": {"restore_runtime", "kubeclient", "agent"} | CONTROL_PLANE_LIBS,
-    "devnode": {"restore_runtime", "kubeclient", "devnode"} | CONTROL_PLANE_LIBS,
-    "bench": {"restore_runtime", "devnode", "examples", "bench"} | CONTROL_PLANE_LIBS,
-    "examples": {"restore_runtime", "devnode", "examples"},
+    "api": {"api"},
+    "restore_runtime": {"api", "restore_runtime"},
+    "kubeclient": {"api", "kubeclient"} | CONTROL_PLANE_LIBS,
+    "shim": {"api", "restore_runtime", "shim"},
+    "webhook": {"api", "kubeclient", "webhook"} | CONTROL_PLANE_LIBS,
+    "controller": {"api", "kubeclient", "controller"} | CONTROL_PLANE_LIBS,
+    "agent": {"api", "restore_runtime", "kubeclient", "agent"} | CONTROL_PLANE_LIBS,
+    "devnode": {"api", "restore_runtime", "kubeclient", "devnode"} | CONTROL_PLANE_LIBS,
+    "bench": {"api", "restore_runtime", "devnode", "examples", "bench"} | CONTROL_PLANE_LIBS,
+    "examples": {"api", "restore_runtime", "devnode", "examples"},
 }
 
 #: the shim's layers, lowest first: a module may import its own layer or those below
@@ -108,6 +111,8 @@ def test_shim_layers_run_downward():
         ("restore_runtime/executor/restore.py", "from ...shim.process import states"),
         ("controller/jobs.py", "from webhook import mutate"),
         ("devnode/cri.py", "from shim.task import service"),
+        ("api/node.py", "from restore_runtime.artifact import signing"),
+        ("webhook/mutate.py", "from restore_runtime import compat"),
     ],
 )
 def test_an_upward_import_is_caught(tmp_path, where, line):
@@ -128,8 +133,8 @@ def test_shim_layer_check_catches_an_upward_import(tmp_path):
 
 
 def test_workload_helper_stays_standard_library_only():
-    allowed_local = {"restore_runtime", "__future__"}
+    allowed_local = {"api", "restore_runtime", "__future__"}
     mods = imports(ROOT / "restore_runtime" / "workload.py") | imports(
-        ROOT / "restore_runtime" / "contracts" / "handshake.py"
+        ROOT / "api" / "handshake.py"
     )
     assert {m.split(".")[0] for m in mods} - set(sys.stdlib_module_names) <= allowed_local

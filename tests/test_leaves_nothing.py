@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from api.handshake import RESTORE_REPORT
 from devnode import workloads
 from devnode.containerd import Containerd, admitted
 from devnode.cri import TOOLS_BIN, Crictl
-from restore_runtime.contracts.handshake import RESTORE_REPORT
 from tests.conftest import VENV_BIN, requires_containerd
 from tests.helpers import ask
 

@@ -19,6 +19,8 @@ import yaml
 
 from agent import decisions
 from agent.run import Agent, AgentConfig
+from api import annotations as ann
+from api.handshake import DEFAULT_CONTROL_DIR
 from controller.loop import Controller
 from devnode import oci_registry, workloads
 from devnode.cri import TOOLS_BIN, Crictl
@@ -26,8 +28,6 @@ from devnode.webhook import webhook_process
 from kubeclient import api as kube
 from restore_runtime.artifact import oci
 from restore_runtime.artifact.oci import OciError, OciRef, RegistryAccess
-from restore_runtime.contracts import annotations as ann
-from restore_runtime.contracts.handshake import DEFAULT_CONTROL_DIR
 from tests.admission_policy import installed_policy
 from tests.conftest import requires_containerd
 from tests.controller.objects import conditions

@@ -19,7 +19,7 @@ from prometheus_client import (
 )
 from pydantic import ValidationError
 
-from restore_runtime.contracts import annotations as ann
+from api import annotations as ann
 from webhook import mutate, review
 from webhook.lookup import LookupFn
 

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
+from api.crd import PodSnapshot
 from kubeclient.api import ApiException, CustomResources
-from restore_runtime.contracts.crd import PodSnapshot
 from webhook.mutate import Found, Lookup, NotFound, Unavailable
 
 LookupFn = Callable[[str, str], Awaitable[Lookup]]

@@ -15,9 +15,9 @@ from typing import Any
 
 import jsonpatch
 
+from api import annotations as ann
+from api.crd import PodSnapshot
 from kubeclient.podspec import add_control_dir
-from restore_runtime.contracts import annotations as ann
-from restore_runtime.contracts.crd import PodSnapshot
 
 # GPU feature discovery's node labels.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"

@@ -24,10 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from api.manifest import CHUNK_SIZE  # noqa: E402
+from api.memory import MemoryRange  # noqa: E402
 from restore_runtime import memfill  # noqa: E402
 from restore_runtime.artifact.hashing import hash_slices, slices  # noqa: E402
-from restore_runtime.contracts.manifest import CHUNK_SIZE  # noqa: E402
-from restore_runtime.contracts.memory import MemoryRange  # noqa: E402
 
 
 def _target(size: int, huge: bool) -> tuple[int, int]:

@@ -30,8 +30,8 @@ sys.path.insert(0, str(HERE))
 
 from model_size import gpt_params  # noqa: E402
 
+from api.handshake import RESTORE_COMPLETE, RestoreComplete  # noqa: E402
 from devnode.probe import first_response  # noqa: E402
-from restore_runtime.contracts.handshake import RESTORE_COMPLETE, RestoreComplete  # noqa: E402
 from restore_runtime.criu import options  # noqa: E402
 
 CTL = [sys.executable, "-m", "restore_runtime.cli"]

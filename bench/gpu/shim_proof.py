@@ -41,17 +41,17 @@ import replicas  # noqa: E402
 import thp  # noqa: E402
 from model_size import gpt_params  # noqa: E402
 
-from devnode import workloads  # noqa: E402
-from devnode.containerd import BUSYBOX_IMAGE, RUNC_ROOT, Containerd  # noqa: E402
-from devnode.probe import first_response  # noqa: E402
-from restore_runtime.contracts.annotations import (  # noqa: E402
+from api.annotations import (  # noqa: E402
     ARTIFACT,
     MANIFEST_DIGEST,
     SANDBOX_NAMESPACE,
 )
-from restore_runtime.contracts.handshake import RESTORE_REPORT  # noqa: E402
-from restore_runtime.contracts.node import FILL_THREADS_ENV  # noqa: E402
-from restore_runtime.contracts.runtime import RUNTIME_TYPE  # noqa: E402
+from api.handshake import RESTORE_REPORT  # noqa: E402
+from api.node import FILL_THREADS_ENV  # noqa: E402
+from api.runtime import RUNTIME_TYPE  # noqa: E402
+from devnode import workloads  # noqa: E402
+from devnode.containerd import BUSYBOX_IMAGE, RUNC_ROOT, Containerd  # noqa: E402
+from devnode.probe import first_response  # noqa: E402
 
 # unique ids: runc state of an interrupted earlier run must not collide
 RUN = uuid.uuid4().hex[:6]

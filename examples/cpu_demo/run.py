@@ -27,11 +27,11 @@ import time
 import uuid
 from pathlib import Path
 
+from api.handshake import RESTORE_REPORT
 from devnode import claim, workloads
 from devnode.containerd import Containerd, admitted
 from devnode.cri import Crictl
 from devnode.probe import first_response, parse
-from restore_runtime.contracts.handshake import RESTORE_REPORT
 from restore_runtime.progress import human
 from restore_runtime.timing import phases_text
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..contracts.manifest import MANIFEST_NAME, Manifest
+from api.manifest import MANIFEST_NAME, Manifest
+
 from ..errors import Problem, VerificationError
 
 

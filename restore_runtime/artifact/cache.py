@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..contracts.manifest import MANIFEST_NAME
+from api.manifest import MANIFEST_NAME
+
 from ..errors import ArtifactExists
 from .hashing import file_digest
 from .oci import DIGEST, OciError, OciRef, RegistryAccess, pull

@@ -17,7 +17,8 @@ if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 
-from ..contracts.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
+from api.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
+
 from ..errors import ArtifactExists, SnapshotError
 from .hashing import ProgressFn, Slice, default_workers, hash_slices, slices
 

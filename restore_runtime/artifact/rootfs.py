@@ -19,7 +19,8 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
-from ..contracts.manifest import ROOTFS_DIFF_NAME
+from api.manifest import ROOTFS_DIFF_NAME
+
 from ..errors import SnapshotError
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -17,7 +17,8 @@ if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
 
 from pydantic import ValidationError
 
-from ..contracts.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
+from api.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
+
 from ..errors import Problem, VerificationError
 from .hashing import ProgressFn, Slice, hash_slices, slices
 

@@ -1,5 +1,5 @@
 """The pages of large private anonymous mappings, moved out of CRIU's images into the
-artifact's memory file (contracts/memory.py), and the index checked against the images
+artifact's memory file (api/memory.py), and the index checked against the images
 before a restore trusts it.
 
 CRIU restores pages with one thread, at 1.6-2.0 GB/s on an H200 node; filling the same
@@ -24,7 +24,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..contracts.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex, MemoryRange
+from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex, MemoryRange
+
 from ..holes import punch
 from . import sparse
 from .images import _pycriu_images

@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..contracts.manifest import GpuInfo
+from api.manifest import GpuInfo
+
 from ..errors import CudaError
 
 _DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")

@@ -20,12 +20,13 @@ if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 
+from api.manifest import CHUNK_SIZE, CRIU_DIR, Compat, Cuda, Manifest, Network, Source
+from api.memory import MEMORY_PAGES
+
 from .. import handshake, procs
 from ..artifact.pack import Staging, describe_files, write_manifest
 from ..artifact.rootfs_pack import DEFAULT_MAX_BYTES
 from ..compat import host_info
-from ..contracts.manifest import CHUNK_SIZE, CRIU_DIR, Compat, Cuda, Manifest, Network, Source
-from ..contracts.memory import MEMORY_PAGES
 from ..criu import memfile, runner
 from ..criu.sparse import elide_zero_pages
 from ..errors import CudaError, SnapshotError

@@ -21,9 +21,10 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from api.handshake import CHECKPOINT_REQUESTED, READY_FOR_SNAPSHOT, atomic_write
+
 from .. import handshake, procs
 from ..artifact.pack import CACHE_DIR
-from ..contracts.handshake import CHECKPOINT_REQUESTED, READY_FOR_SNAPSHOT, atomic_write
 from ..errors import SnapshotError
 from ..netns import global_addresses
 from .runners import RuncContainer

@@ -32,15 +32,16 @@ if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 
+from api.annotations import RestoreOutcome
+from api.manifest import CRIU_DIR, FileEntry, Manifest
+from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
+from api.report import RestoreReport
+
 from .. import handshake, memfill, mounts, procs
 from ..artifact import binding
 from ..artifact.rootfs import apply_rootfs_diff
 from ..artifact.verify import check_digests, load_manifest, manifest_digest, plan
 from ..compat import HostInfo, allocated_gpus, check, gpu_pairs, host_info
-from ..contracts.annotations import RestoreOutcome
-from ..contracts.manifest import CRIU_DIR, FileEntry, Manifest
-from ..contracts.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
-from ..contracts.report import RestoreReport
 from ..criu import creds, images, memfile, runner
 from ..cuda.driver import CudaDriver, proc_gpu_minors
 from ..errors import IncompatibleError, Problem, SnapshotError, VerificationError

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from api.manifest import ROOTFS_DIFF_NAME
+
 from .. import procs
 from ..artifact.rootfs_pack import DEFAULT_MAX_BYTES, pack_upper
-from ..contracts.manifest import ROOTFS_DIFF_NAME
 from ..criu import options, runner
 from ..errors import SnapshotError
 from ..runc import Runc, RuncError

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from restore_runtime.contracts.node import NodeConfig
+from api.node import NodeConfig
 from restore_runtime.runc import Runc, RuncError
 
 from ..ttrpc.codes import Code, RPCError

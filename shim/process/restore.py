@@ -18,17 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from restore_runtime.contracts import annotations as ann
-from restore_runtime.contracts.handshake import (
+from api import annotations as ann
+from api.handshake import (
     CONTROL_DIR_ENV,
     DEFAULT_CONTROL_DIR,
     is_pod_empty_dir,
 )
-from restore_runtime.contracts.node import NodeConfig
+from api.node import NodeConfig
 from restore_runtime.errors import SnapshotError
 
 if TYPE_CHECKING:  # pydantic costs ~0.1 s to import: a plain pod's shim never needs it
-    from restore_runtime.contracts.report import RestoreReport
+    from api.report import RestoreReport
 
 log = logging.getLogger(__name__)
 # Established connections cannot follow the pod to its new address; clients reconnect. The
@@ -101,6 +101,7 @@ class RestoreTarget:
         copy of an OCI artifact, pulled first on a cache miss (timed as phase ``pull``)."""
         if not self.uri.startswith("oci://"):
             return Path(self.uri.removeprefix("file://")), {}
+        from restore_runtime.artifact.node_access import artifact_cache
         from restore_runtime.artifact.oci import OciRef
 
         digest = self.annotations.manifest_digest
@@ -109,7 +110,7 @@ class RestoreTarget:
         t0 = time.monotonic()
         try:
             path, pulled = await asyncio.to_thread(
-                node.artifact_cache().fetch, OciRef.parse(self.uri), digest,
+                artifact_cache(node).fetch, OciRef.parse(self.uri), digest,
                 node.oci_pull_timeout_s,
             )  # fmt: skip
         except (SnapshotError, ValueError, OSError) as e:
@@ -128,7 +129,7 @@ class RestoreTarget:
                 log.error("cannot write the restore report to %s: %s", self.control_dir, e)
 
     def report_failure(self, e: RestoreFailed, outcome: ann.RestoreOutcome) -> None:
-        from restore_runtime.contracts.report import RestoreReport
+        from api.report import RestoreReport
 
         self.report(RestoreReport(outcome=outcome, artifact=self.uri, reason=e.reason,
                                   failedPhase=e.phase))  # fmt: skip
@@ -167,6 +168,7 @@ async def restore(p, t: RestoreTarget, node: NodeConfig) -> RestoreReport:
     ``p`` runs with its pid set. Raises RestoreFailed, having left nothing behind: no runc
     container, no restored process, no work directory."""
     # The engine is imported by restoring containers only: plain pods stay light.
+    from restore_runtime.artifact.node_access import verify_key
     from restore_runtime.executor import RestoreRequest, prepare
     from restore_runtime.runc import RuncError
 
@@ -177,7 +179,7 @@ async def restore(p, t: RestoreTarget, node: NodeConfig) -> RestoreReport:
     artifact, pull_timings = await t.local_artifact(node)
     try:
         req = RestoreRequest(
-            artifact=artifact, verify_key=node.verify_key(), control_dir=t.control_dir,
+            artifact=artifact, verify_key=verify_key(node), control_dir=t.control_dir,
             netns=t.netns, skip_compat=t.annotations.skip_compat, rootfs=p.bundle / "rootfs",
             criu_version=await p.runc.criu_version(), log_dir=p.workdir,
             store_root=node.store_root, namespace=t.namespace,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from restore_runtime.contracts.annotations import RestoreOutcome, RestorePolicy
+from api.annotations import RestoreOutcome, RestorePolicy
 
 from ..ttrpc.codes import Code, RPCError
 from .restore import RestoreFailed

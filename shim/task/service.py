@@ -15,8 +15,8 @@ from pathlib import Path
 
 from google.protobuf import empty_pb2
 
+from api.annotations import AnnotationError
 from restore_runtime import mounts
-from restore_runtime.contracts.annotations import AnnotationError
 from restore_runtime.runc import Runc, RuncError
 
 from .. import VERSION

@@ -15,8 +15,8 @@ import threading
 
 import pytest
 
+from api.handshake import READY_FOR_SNAPSHOT, RESTORE_COMPLETE
 from restore_runtime import handshake
-from restore_runtime.contracts.handshake import READY_FOR_SNAPSHOT, RESTORE_COMPLETE
 from restore_runtime.handshake import MAX_CONTROL_FILE, UnsafeControlFile, read_control_file
 
 

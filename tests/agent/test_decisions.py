@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from agent import decisions as d
+from api.annotations import ARTIFACT, RESTORED_CONDITION, RestoreOutcome
+from api.crd import ArtifactRef, SourceInfo
+from api.crd import PodSnapshotReasons as R
+from api.manifest import Compat, FileEntry, GpuInfo, Manifest, Source
+from api.report import RestoreReport
 from restore_runtime.artifact import oci
 from restore_runtime.artifact.oci import OciRef
 from restore_runtime.compat import HostInfo
-from restore_runtime.contracts.annotations import ARTIFACT, RESTORED_CONDITION, RestoreOutcome
-from restore_runtime.contracts.crd import ArtifactRef, SourceInfo
-from restore_runtime.contracts.crd import PodSnapshotReasons as R
-from restore_runtime.contracts.manifest import Compat, FileEntry, GpuInfo, Manifest, Source
-from restore_runtime.contracts.report import RestoreReport
 from tests.controller.objects import pod, snapshot
 
 PENDING = [("Ready", "False", R.CHECKPOINT_PENDING)]

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from agent import install as inst
+from api.node import NodeConfig
 from restore_runtime.artifact import signing
-from restore_runtime.contracts.node import NodeConfig
 from restore_runtime.errors import SnapshotError
 
 V2 = """version = 2

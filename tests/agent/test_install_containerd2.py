@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from agent import install as inst
+from api.runtime import POD_ANNOTATIONS, RUNTIME_TYPE
 from devnode.containerd import Containerd
 from devnode.cri import TOOLS_BIN, Crictl
-from restore_runtime.contracts.runtime import POD_ANNOTATIONS, RUNTIME_TYPE
 from tests.conftest import CONTAINERD2_PROBLEM, requires_containerd
 
 pytestmark = [

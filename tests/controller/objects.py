@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from restore_runtime.contracts.crd import PodSnapshot, SnapshotJob
+from api.crd import PodSnapshot, SnapshotJob
 
 
 def pod(name="src", phase="Running", node="node-a", running=True, ready=True, uid="uid-1",

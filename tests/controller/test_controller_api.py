@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from api.crd import ARTIFACT_FINALIZER, JOB_LABEL
 from controller.loop import Controller
 from kubeclient import api as kube
-from restore_runtime.contracts.crd import ARTIFACT_FINALIZER, JOB_LABEL
 from tests.controller.objects import conditions
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The chart's CRD schemas and the pydantic models of contracts/crd.py describe the same fields,
+"""The chart's CRD schemas and the pydantic models of api/crd.py describe the same fields,
 so that what the controller writes is what the API server accepts and keeps."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from restore_runtime.contracts import crd
+from api import crd
 
 CRDS = Path(__file__).resolve().parents[2] / "charts" / "snapshot" / "crds"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from api.crd import JOB_LABEL, ArtifactRef
 from controller.jobs import reconcile
-from restore_runtime.contracts.crd import JOB_LABEL, ArtifactRef
 from tests.controller.objects import job, pod, snapshot
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

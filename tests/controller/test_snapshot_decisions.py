@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from api.crd import ARTIFACT_FINALIZER
+from api.crd import PodSnapshotReasons as R
 from controller.snapshots import reconcile
-from restore_runtime.contracts.crd import ARTIFACT_FINALIZER
-from restore_runtime.contracts.crd import PodSnapshotReasons as R
 from tests.controller.objects import pod, snapshot
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from api.manifest import MANIFEST_NAME, Compat, Manifest, Source
 from restore_runtime.artifact import signing
 from restore_runtime.artifact.pack import Staging, describe_files, write_manifest
 from restore_runtime.artifact.verify import unsafe_path, verify, verify_or_raise
-from restore_runtime.contracts.manifest import MANIFEST_NAME, Compat, Manifest, Source
 from restore_runtime.errors import ArtifactExists, VerificationError
 from tests.helpers import snapshotctl
 

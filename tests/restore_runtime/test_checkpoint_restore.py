@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from api.handshake import RESTORE_COMPLETE
 from restore_runtime.artifact import signing
-from restore_runtime.contracts.handshake import RESTORE_COMPLETE
 from restore_runtime.errors import CriuError, SnapshotError, VerificationError
 from restore_runtime.executor import CheckpointRequest, RestoreRequest, checkpoint, restore
 from tests.conftest import requires_criu

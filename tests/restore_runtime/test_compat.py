@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from api.manifest import Compat, GpuInfo
 from restore_runtime.compat import HostInfo, check, gpu_pairs
-from restore_runtime.contracts.manifest import Compat, GpuInfo
 
 H200 = "NVIDIA H200"
 

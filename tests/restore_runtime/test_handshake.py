@@ -13,12 +13,12 @@ import threading
 
 import pytest
 
-from restore_runtime import handshake
-from restore_runtime.contracts.handshake import (
+from api.handshake import (
     CHECKPOINT_REQUESTED,
     READY_FOR_SNAPSHOT,
     RESTORE_COMPLETE,
 )
+from restore_runtime import handshake
 from restore_runtime.errors import HandshakeTimeout, SnapshotError
 from restore_runtime.workload import Handshake
 

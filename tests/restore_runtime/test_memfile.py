@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from api.manifest import CHUNK_SIZE
+from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
 from devnode import free_port
 from restore_runtime import procs, sandbox
 from restore_runtime.artifact.pack import describe_files, write_manifest
 from restore_runtime.artifact.verify import load_manifest
-from restore_runtime.contracts.manifest import CHUNK_SIZE
-from restore_runtime.contracts.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
 from restore_runtime.criu import memfile
 from tests.conftest import requires_criu
 from tests.helpers import ROOT, ask, restore_cli, snapshotctl

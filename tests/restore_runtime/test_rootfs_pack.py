@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from api.manifest import ROOTFS_DIFF_NAME
 from restore_runtime.artifact.rootfs_pack import RootfsTooLarge, pack_upper
-from restore_runtime.contracts.manifest import ROOTFS_DIFF_NAME
 from restore_runtime.executor.runners import RuncDumper
 
 

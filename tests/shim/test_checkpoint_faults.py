@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from api.handshake import CHECKPOINT_REQUESTED, READY_FOR_SNAPSHOT
 from devnode import workloads
 from devnode.containerd import RUNC_ROOT
 from devnode.cri import TOOLS_BIN
-from restore_runtime.contracts.handshake import CHECKPOINT_REQUESTED, READY_FOR_SNAPSHOT
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor import CheckpointRequest, checkpoint
 from restore_runtime.executor.recovery import journals, recover_interrupted

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from restore_runtime.contracts import annotations as ann
-from restore_runtime.contracts.handshake import pod_empty_dir
+from api import annotations as ann
+from api.handshake import pod_empty_dir
 from shim.process.restore import control_dir
 
 KUBELET = Path("/var/lib/kubelet")

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from api.handshake import RESTORE_REPORT
 from devnode import workloads
 from devnode.containerd import RUNC_ROOT, admitted
 from devnode.cri import TOOLS_BIN
-from restore_runtime.contracts.handshake import RESTORE_REPORT
 from restore_runtime.executor import CheckpointResult
 from restore_runtime.runc import Runc
 from tests.conftest import requires_containerd

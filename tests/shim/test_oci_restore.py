@@ -11,12 +11,12 @@ import shutil
 
 import pytest
 
+from api.annotations import ARTIFACT
+from api.handshake import RESTORE_REPORT
 from devnode import oci_registry
 from devnode.containerd import admitted
 from restore_runtime.artifact import oci
 from restore_runtime.artifact.cache import CACHE_DIR
-from restore_runtime.contracts.annotations import ARTIFACT
-from restore_runtime.contracts.handshake import RESTORE_REPORT
 from tests.helpers import ask
 from tests.shim.test_cri_restore import PORT, checkpoint_pod_a, start_pod
 from tests.shim.test_cri_restore import pytestmark as cri_marks

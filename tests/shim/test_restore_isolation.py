@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from api.annotations import ARTIFACT, MANIFEST_DIGEST
+from api.handshake import RESTORE_REPORT
+from api.manifest import SIGNATURE_NAME, Manifest
 from devnode.containerd import admitted
 from restore_runtime.artifact import pack, signing
-from restore_runtime.contracts.annotations import ARTIFACT, MANIFEST_DIGEST
-from restore_runtime.contracts.handshake import RESTORE_REPORT
-from restore_runtime.contracts.manifest import SIGNATURE_NAME, Manifest
 from tests.helpers import ask
 from tests.shim.test_cri_restore import PORT, checkpoint_pod_a, start_pod
 from tests.shim.test_cri_restore import pytestmark as cri_marks

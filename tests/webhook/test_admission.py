@@ -15,8 +15,8 @@ import jsonpatch
 import pytest
 import yaml
 
+from api import annotations as ann
 from devnode.webhook import webhook_process
-from restore_runtime.contracts import annotations as ann
 from tests.webhook.conftest import chart_webhook_registered
 
 pytestmark = pytest.mark.slow

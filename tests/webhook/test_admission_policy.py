@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
+from api import annotations as ann
 from devnode import chart
-from restore_runtime.contracts import annotations as ann
 from tests.admission_policy import installed_policy
 
 pytestmark = [

@@ -8,9 +8,9 @@ import copy
 import jsonpatch
 import pytest
 
+from api import annotations as ann
+from api.crd import PodSnapshot
 from kubeclient.podspec import CONTROL_VOLUME
-from restore_runtime.contracts import annotations as ann
-from restore_runtime.contracts.crd import PodSnapshot
 from webhook.mutate import (
     ARCH_LABEL,
     DRIVER_VERSION_LABEL,

@@ -11,8 +11,8 @@ import asyncio
 
 import pytest
 
-from restore_runtime.contracts import annotations as ann
-from restore_runtime.contracts.node import NodeConfig
+from api import annotations as ann
+from api.node import NodeConfig
 from shim.process.restore import RestoreFailed, RestoreTarget
 
 ART = "file:///var/lib/snapshot/artifacts/team-a/warm"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from restore_runtime.contracts.annotations import RestoreOutcome, RestorePolicy
+from api.annotations import RestoreOutcome, RestorePolicy
 from shim.process import states as st
 from shim.process.restore import RestoreFailed
 from shim.ttrpc.codes import Code, RPCError

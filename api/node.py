@@ -73,25 +73,3 @@ class NodeConfig:
         if self.fill_threads:
             env[FILL_THREADS_ENV] = str(self.fill_threads)
         return env
-
-    def registry_access(self):
-        from restore_runtime.artifact.oci import RegistryAccess
-
-        return RegistryAccess(frozenset(self.oci_plain_http), self.oci_auth_file)
-
-    def artifact_cache(self):
-        """The node's cache of artifacts pulled from OCI registries (under the store)."""
-        from restore_runtime.artifact.cache import CACHE_DIR, ArtifactCache
-
-        return ArtifactCache(
-            self.store_root / CACHE_DIR, self.oci_cache_max_bytes, self.registry_access()
-        )
-
-    def verify_key(self):
-        """The Ed25519 public key restores require a signature from. A configured key that
-        cannot be read fails the restore: unverifiable is not unsigned."""
-        if self.verify_key_path is None:
-            return None
-        from restore_runtime.artifact import signing
-
-        return signing.load_public_key(self.verify_key_path)

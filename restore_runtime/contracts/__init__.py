@@ -1,1 +1,0 @@
-"""Contracts shared by every component: defined once here, imported everywhere else."""
