@@ -13,7 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S
 from api.node import DEFAULT_STORE_ROOT, NodeConfig
+from api.paths import DEFAULT_RUNC_ROOT
 from restore_runtime.artifact.oci import OciRef
 from restore_runtime.cli import dispatch
 from restore_runtime.errors import SnapshotError
@@ -30,11 +32,12 @@ def _parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("run", help="run the node agent (the chart's DaemonSet runs this)")
     a.add_argument("--node", default=os.environ.get("NODE_NAME"), help="default: $NODE_NAME")
-    a.add_argument("--store", type=Path, default=Path("/var/lib/snapshot/artifacts"),
+    a.add_argument("--store", type=Path, default=DEFAULT_STORE_ROOT,
                    help="artifact store: the same path on every node that may restore")  # fmt: skip
     a.add_argument("--kubelet-root", type=Path, default=Path("/var/lib/kubelet"))
-    a.add_argument("--runc-root", type=Path, default=Path("/run/containerd/runc/k8s.io"))
-    a.add_argument("--handshake-timeout", type=float, default=300.0, metavar="S")
+    a.add_argument("--runc-root", type=Path, default=DEFAULT_RUNC_ROOT)
+    a.add_argument("--handshake-timeout", type=float, default=DEFAULT_HANDSHAKE_TIMEOUT_S,
+                   metavar="S")  # fmt: skip
     a.add_argument("--sign-key", type=Path, help="Ed25519 private key (PEM) to sign with")
     a.add_argument("--resync", type=float, default=300.0,
                    help="seconds between passes when nothing changes (passes run on watch "

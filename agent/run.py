@@ -24,7 +24,8 @@ from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from api.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
-from api.handshake import RESTORE_REPORT
+from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S, RESTORE_REPORT
+from api.paths import DEFAULT_RUNC_ROOT
 from api.report import RestoreReport
 from kubeclient import api as kube
 from kubeclient.watch import Source
@@ -55,9 +56,9 @@ class AgentConfig:
     node: str
     store: Path  # the artifact store, at the same path on every node (hostPath or shared mount)
     kubelet_root: Path = Path("/var/lib/kubelet")
-    runc_root: Path = Path("/run/containerd/runc/k8s.io")
+    runc_root: Path = DEFAULT_RUNC_ROOT
     runc: str = "runc"  # the node's runc (the one its containerd runs), or one as new
-    handshake_timeout_s: float = 300.0
+    handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     sign_key: Path | None = None  # Ed25519 private key (PEM): artifacts get a manifest.sig
     #: push artifacts to this OCI repository (oci://REGISTRY/REPOSITORY) instead of keeping
     #: them in the store; the store then holds this node's cache of them

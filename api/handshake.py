@@ -34,6 +34,9 @@ CHECKPOINT_REQUESTED = "checkpoint-requested"  # agent -> workload: quiesce now
 READY_FOR_SNAPSHOT = "ready-for-snapshot"  # workload -> agent: quiesced
 RESTORE_COMPLETE = "restore-complete"  # shim/agent -> workload: resume
 RESTORE_REPORT = "restore-report.json"  # shim/agent -> operators: what happened
+#: how long a checkpoint waits for the workload to quiesce (the chart's
+#: agent.handshakeTimeoutSeconds)
+DEFAULT_HANDSHAKE_TIMEOUT_S = 300.0
 
 
 @dataclass

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .paths import DEFAULT_STORE_ROOT
+
 VERIFY_KEY_ENV = "SNAPSHOT_VERIFY_KEY"
 SIGNING_REQUIRED_ENV = "SNAPSHOT_SIGNING_REQUIRED"
 STORE_ROOT_ENV = "SNAPSHOT_STORE_ROOT"
@@ -17,7 +19,6 @@ OCI_AUTH_FILE_ENV = "SNAPSHOT_OCI_AUTH_FILE"
 OCI_CACHE_MAX_BYTES_ENV = "SNAPSHOT_OCI_CACHE_MAX_BYTES"
 OCI_PULL_TIMEOUT_ENV = "SNAPSHOT_OCI_PULL_TIMEOUT"
 FILL_THREADS_ENV = "SNAPSHOT_FILL_THREADS"
-DEFAULT_STORE_ROOT = Path("/var/lib/snapshot/artifacts")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from api.annotations import RestoreOutcome
+from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S
+from api.paths import DEFAULT_RUNC_ROOT
 from api.report import RestoreReport
 
 from . import handshake
@@ -35,14 +37,15 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--runc-root",
         type=Path,
-        default=Path("/run/containerd/runc/k8s.io"),
+        default=DEFAULT_RUNC_ROOT,
         help="runc state root of --container (default: containerd's k8s.io)",
     )
     c.add_argument("--output", type=Path, required=True, help="artifact directory to create")
     c.add_argument("--leave-running", action="store_true", help="source continues after dump")
     c.add_argument("--sign-key", type=Path, help="Ed25519 private key (PEM) to sign with")
     c.add_argument("--control-dir", type=Path, help="run the workload handshake here first")
-    c.add_argument("--handshake-timeout", type=float, default=300.0, metavar="S")
+    c.add_argument("--handshake-timeout", type=float, default=DEFAULT_HANDSHAKE_TIMEOUT_S,
+                   metavar="S")  # fmt: skip
     c.add_argument("--namespace", help="the source pod's namespace: only pods of that "
                    "namespace may restore the artifact through the shim")  # fmt: skip
     c.add_argument("--pod-snapshot", help="the PodSnapshot it is made for (recorded)")

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from api.paths import RUNC_ROOT_BASE
+
 from . import VERSION
 
 # Heavy imports (asyncio, protobuf, the engine) happen in serve()/delete only: ``start`` runs
@@ -33,7 +35,7 @@ from . import VERSION
 log = logging.getLogger("shim")
 SANDBOX_ID = "io.kubernetes.cri.sandbox-id"
 STATE_DIR = Path(os.environ.get("SNAPSHOT_SHIM_STATE_DIR", "/run/containerd"))
-RUNC_ROOT = Path(os.environ.get("SNAPSHOT_RUNC_ROOT", "/run/containerd/runc"))
+RUNC_ROOT = Path(os.environ.get("SNAPSHOT_RUNC_ROOT", str(RUNC_ROOT_BASE)))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -188,6 +190,7 @@ def dump_stacks() -> None:
 async def serve(args: argparse.Namespace) -> None:
     import asyncio
 
+    from api.node import NodeConfig
     from restore_runtime.runc import Runc
 
     from .reaper import Reaper, become_subreaper
@@ -207,7 +210,9 @@ async def serve(args: argparse.Namespace) -> None:
     publisher.start()
     runc = Runc(root=RUNC_ROOT / args.namespace, log_dir=workdir, runner=reaper)
     stop = asyncio.Event()
-    service = TaskService(runc, reaper, publisher, workdir, on_empty=stop.set)
+    # the node's settings, parsed once: every restore this shim serves uses them
+    service = TaskService(runc, reaper, publisher, workdir, NodeConfig.from_env(),
+                          on_empty=stop.set)  # fmt: skip
     fd = int(os.environ.get("SNAPSHOT_SHIM_LISTEN_FD", "3"))
     sock = socket.socket(fileno=fd)
     server = await serve_unix(service.handlers(), sock=sock)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 
+from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S
 from api.manifest import CHUNK_SIZE, CRIU_DIR, Compat, Cuda, Manifest, Network, Source
 from api.memory import MEMORY_PAGES
 
@@ -49,7 +50,7 @@ class CheckpointRequest:
     leave_running: bool = False
     sign_key: Ed25519PrivateKey | None = None
     control_dir: Path | None = None
-    handshake_timeout_s: float = 300.0
+    handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     #: optional identity of the source when it is a pod (filled in by the node agent)
     pod: str | None = None
     namespace: str | None = None

@@ -95,8 +95,10 @@ class Process:
 @dataclass
 class InitProcess(Process):
     bundle: Path = Path()
-    #: set by the task service when the spec's annotations name an artifact
+    #: set by the task service when the spec's annotations name an artifact, with the
+    #: node's settings (read once, at the shim's start)
     restore_target: RestoreTarget | None = None
+    node: NodeConfig | None = None
 
     async def do_create(self) -> None:
         self.io = await ProcessIO.open(self.stdio)
@@ -116,8 +118,8 @@ class InitProcess(Process):
     async def do_restore(self) -> None:
         """Restore from the artifact (RestoreFailed when it did not happen: nothing is left
         behind, and a cold start may follow)."""
-        assert self.restore_target is not None
-        report = await restore_from(self, self.restore_target, NodeConfig.from_env())
+        assert self.restore_target is not None and self.node is not None
+        report = await restore_from(self, self.restore_target, self.node)
         self.restore_target.report(report)
 
     async def do_kill(self, sig: int, all_: bool) -> None:

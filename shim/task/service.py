@@ -16,6 +16,7 @@ from pathlib import Path
 from google.protobuf import empty_pb2
 
 from api.annotations import AnnotationError
+from api.node import NodeConfig
 from restore_runtime import mounts
 from restore_runtime.runc import Runc, RuncError
 
@@ -73,10 +74,13 @@ class TaskService:
         reaper: Reaper,
         publisher: Publisher,
         workdir: Path,
+        node: NodeConfig,
         on_empty: Callable[[], None] | None = None,
     ) -> None:
         self.runc, self.reaper, self.events = runc, reaper, publisher
         self.workdir = workdir
+        #: the node's settings, as the installer wrote them into the shim's environment
+        self.node = node
         self.containers: dict[str, Container] = {}
         self.on_empty = on_empty
         self._exit_tasks: set[asyncio.Task] = set()
@@ -179,7 +183,7 @@ class TaskService:
         c = Container(r.id, bundle, init, rootfs_mounted=mounted)
         try:
             if target is not None:
-                init.restore_target = target
+                init.restore_target, init.node = target, self.node
                 init.state = CreatedFromArtifact()
             else:
                 await init.do_create()
