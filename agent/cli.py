@@ -120,8 +120,11 @@ def _oci_args(p: argparse.ArgumentParser) -> None:
                    help="size of the node's cache of pulled artifacts")  # fmt: skip
 
 
-def _oci_node(args: argparse.Namespace) -> NodeConfig:
+def _oci_node(args: argparse.Namespace, **settings) -> NodeConfig:
+    """The node's settings from the command line: the OCI ones every command takes, and
+    ``settings`` (install-node's own)."""
     return NodeConfig(
+        **settings,
         oci_plain_http=tuple(h for h in args.oci_plain_http.split(",") if h),
         oci_auth_file=args.oci_auth_file,
         oci_cache_max_bytes=int(args.oci_cache_max_gb * 1024**3),
@@ -178,10 +181,10 @@ def cmd_install_node(args: argparse.Namespace) -> int:
     from .install import check_host_mounts, install
 
     check_host_mounts(args.host_to_container)
+    node = _oci_node(args, store_root=args.store, signing_required=args.signing_required,
+                     fill_threads=args.fill_threads or None)  # fmt: skip
     res = install(args.host_root, args.prefix, args.containerd_config, args.verify_key,
-                  store_root=args.store, signing_required=args.signing_required,
-                  sign_key=args.sign_key, bin_dir=args.bin_dir, oci=_oci_node(args),
-                  fill_threads=args.fill_threads or None)  # fmt: skip
+                  sign_key=args.sign_key, bin_dir=args.bin_dir, node=node)  # fmt: skip
     print(f"shim: {res.shim}; containerd config {'updated' if res.config_changed else 'unchanged'}")
     # Until containerd has restarted, a marker beside its config says it must: a restart that
     # fails (the init container then fails and runs again) is retried though the config no

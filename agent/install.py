@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from api import runtime
-from api.node import DEFAULT_STORE_ROOT, NodeConfig
+from api.node import NodeConfig
 from restore_runtime.artifact import signing
 from restore_runtime.errors import SnapshotError
 from restore_runtime.mounts import propagation_problem
@@ -133,17 +133,16 @@ def install(
     config: Path = Path("/etc/containerd/config.toml"),
     verify_key: Path | None = None,
     packages: Path | None = None,
-    store_root: Path = DEFAULT_STORE_ROOT,
-    signing_required: bool = True,
     sign_key: Path | None = None,
     bin_dir: Path = Path("/usr/local/bin"),
-    oci: NodeConfig | None = None,
-    fill_threads: int | None = None,
+    node: NodeConfig | None = None,
 ) -> InstallResult:
     """packages: the site-packages to copy (default: this environment's). The public key
     comes from ``verify_key``, or is derived from the private ``sign_key``. ``bin_dir``: a
-    directory on containerd's PATH (where /usr is read-only, /opt/bin, say). ``oci``: its
-    OCI settings are the shim's (the credentials file is copied, readable by root only)."""
+    directory on containerd's PATH (where /usr is read-only, /opt/bin, say). ``node``: the
+    shim's settings, as the admin chose them; its key and registry credentials are copied
+    onto the node (readable by root only) and the settings name those copies."""
+    node = node or NodeConfig()
     host_prefix = host_root / prefix.relative_to("/")
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"
     base = Path(sys.base_prefix)
@@ -173,21 +172,18 @@ def install(
         else:
             shutil.copy2(verify_key, dest)
         key = prefix / "keys" / "verify.pem"
-    elif signing_required:
+    elif node.signing_required:
         log.warning("no verify key: restores on this node are refused until one is installed "
                     "(or signing is turned off with --no-signing-required)")  # fmt: skip
-    node = NodeConfig(store_root=store_root, verify_key_path=key,
-                      signing_required=signing_required, fill_threads=fill_threads)  # fmt: skip
-    if oci is not None:
-        auth = None
-        if oci.oci_auth_file is not None:
-            (staging / "keys").mkdir(exist_ok=True)
-            dest = staging / "keys" / "oci-auth.json"
-            dest.write_bytes(oci.oci_auth_file.read_bytes())
-            dest.chmod(0o600)
-            auth = prefix / "keys" / "oci-auth.json"
-        node = dataclasses.replace(node, oci_plain_http=oci.oci_plain_http, oci_auth_file=auth,
-                                   oci_cache_max_bytes=oci.oci_cache_max_bytes)  # fmt: skip
+    auth = None
+    if node.oci_auth_file is not None:
+        (staging / "keys").mkdir(exist_ok=True)
+        dest = staging / "keys" / "oci-auth.json"
+        dest.write_bytes(node.oci_auth_file.read_bytes())
+        dest.chmod(0o600)
+        auth = prefix / "keys" / "oci-auth.json"
+    # the settings as the shim reads them: its copies of the key and the credentials
+    node = dataclasses.replace(node, verify_key_path=key, oci_auth_file=auth)
     # swap in the new tree whole: a shim starting meanwhile sees the old or the new one
     old = host_prefix.with_name(host_prefix.name + ".old")
     shutil.rmtree(old, ignore_errors=True)

@@ -106,9 +106,9 @@ def test_install_into_a_host_root(tmp_path):
 
     auth = tmp_path / "config.json"
     auth.write_text('{"auths": {"registry.internal": {"auth": "dTpw"}}}')
-    oci = NodeConfig(oci_plain_http=("registry.internal",), oci_auth_file=auth,
-                     oci_cache_max_bytes=10**9)  # fmt: skip
-    res = inst.install(host, packages=packages, sign_key=private, oci=oci, fill_threads=6)
+    settings = NodeConfig(oci_plain_http=("registry.internal",), oci_auth_file=auth,
+                          oci_cache_max_bytes=10**9, fill_threads=6)  # fmt: skip
+    res = inst.install(host, packages=packages, sign_key=private, node=settings)
     node = NodeConfig.from_env(dict(re.findall(r'export (\w+)="([^"]*)"', res.shim.read_text())))
     assert node.oci_plain_http == ("registry.internal",) and node.oci_cache_max_bytes == 10**9
     assert node.fill_threads == 6, "the shim reads the node's fill-thread setting back"
@@ -116,7 +116,7 @@ def test_install_into_a_host_root(tmp_path):
     copied = host / "opt/snapshot/keys/oci-auth.json"
     assert copied.read_bytes() == auth.read_bytes() and copied.stat().st_mode & 0o077 == 0
 
-    again = inst.install(host, packages=packages, signing_required=False)
+    again = inst.install(host, packages=packages, node=NodeConfig(signing_required=False))
     assert not again.config_changed and "SNAPSHOT_VERIFY_KEY" not in again.shim.read_text()
     assert NodeConfig.from_env({}).fill_threads is None  # unset: the engine's default
     assert 'SNAPSHOT_SIGNING_REQUIRED="false"' in again.shim.read_text()
