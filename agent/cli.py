@@ -135,7 +135,7 @@ def agent_config(args: argparse.Namespace):
     """``run``'s arguments as the agent's configuration."""
     from restore_runtime.artifact.node_access import registry_access
 
-    from .run import AgentConfig
+    from .loop import AgentConfig
 
     if not args.node:
         raise SnapshotError("give --node or set NODE_NAME (the downward API's spec.nodeName)")
@@ -160,7 +160,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kubeclient import api as kube
     from kubeclient.workqueue import run_per_object
 
-    from .run import Agent
+    from .loop import Agent
 
     cfg = agent_config(args)
 

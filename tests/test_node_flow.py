@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from agent import decisions
-from agent.run import Agent, AgentConfig
+from agent.loop import Agent, AgentConfig
 from api import annotations as ann
 from api.handshake import DEFAULT_CONTROL_DIR
 from controller.loop import Controller
