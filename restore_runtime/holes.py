@@ -29,12 +29,11 @@ def punch(fd: int, offset: int, length: int) -> None:
             raise OSError(err, os.strerror(err))
 
 
-def zero_blocks(buf: bytearray | bytes, length: int, start: int = 0) -> list[tuple[int, int]]:
-    """[start, end) runs of whole ``ZERO_BLOCK``s of zeros in ``buf[start:start + length]``
-    (``start`` and the runs counted from the buffer's start), at memcmp speed:
-    ``startswith`` compares in place and stops at the first non-zero byte."""
+def zero_blocks(buf: bytearray | bytes, length: int) -> list[tuple[int, int]]:
+    """[start, end) runs of whole ``ZERO_BLOCK``s of zeros in ``buf[:length]``, at memcmp
+    speed: ``startswith`` compares in place and stops at the first non-zero byte."""
     runs: list[tuple[int, int]] = []
-    for at in range(start, start + length - ZERO_BLOCK + 1, ZERO_BLOCK):
+    for at in range(0, length - ZERO_BLOCK + 1, ZERO_BLOCK):
         if buf.startswith(_ZEROS, at):
             if runs and runs[-1][1] == at:
                 runs[-1] = (runs[-1][0], at + ZERO_BLOCK)

@@ -18,16 +18,9 @@ def setting(knob: Path = KNOB) -> str:
     return knob.read_text().split("[")[1].split("]")[0]
 
 
-@contextlib.contextmanager
-def always() -> Iterator[str]:
+def always() -> contextlib.AbstractContextManager[str]:
     """Yields the host's own setting."""
-    before = setting()
-    KNOB.write_text("always")
-    try:
-        yield before
-    finally:
-        with contextlib.suppress(OSError):
-            KNOB.write_text(before)
+    return trial("enabled=always")
 
 
 @contextlib.contextmanager

@@ -123,17 +123,11 @@ def drop_holes(artifact: Path) -> int:
         data = _data_extents(fd)
     finally:
         os.close(fd)
-    starts = [a for a, _ in data]
-    kept: list[MemoryRange] = []
-    for r in index.ranges:
-        end = r.offset + r.length
-        k = max(0, bisect.bisect_right(starts, r.offset) - 1)
-        while k < len(data) and data[k][0] < end:
-            lo, hi = max(data[k][0], r.offset), min(data[k][1], end)
-            if lo < hi:
-                kept.append(MemoryRange(pid=r.pid, vaddr=r.vaddr + (lo - r.offset),
-                                        length=hi - lo, offset=lo))  # fmt: skip
-            k += 1
+    # the pages of each range that lie in data (both page-aligned: sparse.spans applies)
+    kept = [MemoryRange(pid=r.pid, vaddr=r.vaddr + i * PAGE, length=(j - i) * PAGE,
+                        offset=r.offset + i * PAGE)
+            for r in index.ranges
+            for i, j in sparse.spans(data, r.offset, r.length // PAGE)]  # fmt: skip
     path.write_bytes(MemoryIndex(ranges=kept).to_json())
     return sum(r.length for r in index.ranges) - sum(r.length for r in kept)
 
