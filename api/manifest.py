@@ -83,6 +83,11 @@ class FileEntry(_Model):
     #: sha256 of each CHUNK_SIZE slice; present for files larger than one chunk
     chunks: list[str] = Field(default_factory=list)
 
+    @property
+    def digests(self) -> list[str]:
+        """What is checked: one digest per chunk (the whole file's, for one chunk)."""
+        return self.chunks or [self.sha256 or ""]
+
     @model_validator(mode="after")
     def _one_digest_at_least(self) -> FileEntry:
         if self.sha256 is None and not self.chunks:

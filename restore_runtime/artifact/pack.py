@@ -124,20 +124,18 @@ def describe_files(
     (relative paths) have their zero blocks punched out as they are hashed. ``only``: these
     files alone; ``known``: entries made earlier, taken as they are."""
     done = {e.path: e for e in known or []}
-    paths = [p for p in list_files(root) if (rel := p.relative_to(root).as_posix()) not in done
-             and (only is None or rel in only)]  # fmt: skip
+    rels = {p: p.relative_to(root).as_posix() for p in list_files(root)}
+    paths = [p for p, rel in rels.items() if rel not in done and (only is None or rel in only)]
     sizes = {p: p.stat().st_size for p in paths}
-    work = []
-    for p in paths:
-        parts = slices(p, sizes[p], chunk_size, p.relative_to(root).as_posix() in holes)
-        work += parts or [Slice(p, -1, 0, sizes[p])]
+    parts = {p: slices(p, sizes[p], chunk_size, rels[p] in holes) for p in paths}
+    work = [s for p in paths for s in parts[p] or [Slice(p, -1, 0, sizes[p])]]
     digests = hash_slices(work, workers or default_workers(), progress)
     entries = list(done.values())
     for p in paths:
-        n = len(slices(p, sizes[p], chunk_size))
+        n = len(parts[p])
         entries.append(
             FileEntry(
-                path=p.relative_to(root).as_posix(),
+                path=rels[p],
                 size=sizes[p],
                 sha256=digests[(p, -1)] if not n else None,
                 chunks=[digests[(p, i)] for i in range(n)],

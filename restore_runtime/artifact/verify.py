@@ -146,7 +146,7 @@ def check_digests(
     digests = hash_slices([s for j in jobs for s in j.slices], workers, progress)
     problems = []
     for j in jobs:
-        expected = j.entry.chunks or [j.entry.sha256]
+        expected = j.entry.digests
         got = [digests[(s.path, s.index)] for s in j.slices]
         bad = [i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b]
         if bad:

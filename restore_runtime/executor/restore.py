@@ -225,7 +225,7 @@ class Restore:
                 n = memfill.fill(
                     self.artifact / MEMORY_PAGES,
                     manifest.chunk_size,
-                    self.memory.chunks or [self.memory.sha256],
+                    self.memory.digests,
                     self.memory_index.ranges,
                     procs.host_pids_by_ns_pid(pid),
                     threads := self.req.fill_threads or memfill.default_workers(),
