@@ -142,6 +142,21 @@ def test_malformed_manifest(tmp_path, content):
     assert [k for k, _ in kinds(art)] == ["manifest"]
 
 
+def test_a_file_without_any_digest_is_refused(tmp_path):
+    """A file of one chunk needs its whole-file digest (larger files carry chunk digests
+    only): a manifest that drops it describes nothing to check, and is refused."""
+    art = make_artifact(tmp_path)
+    pages = next(f for f in verify_or_raise(art).files if f.path == "criu/pages-1.img")
+    assert pages.sha256 is None and len(pages.chunks) == 6  # no single-core whole-file pass
+
+    def drop(d):
+        core = next(f for f in d["files"] if f["path"] == "criu/core-1.img")
+        del core["sha256"]
+
+    rewrite_manifest(art, drop)
+    assert [k for k, _ in kinds(art)] == ["manifest"]
+
+
 def test_missing_manifest(tmp_path):
     art = make_artifact(tmp_path)
     (art / MANIFEST_NAME).unlink()
