@@ -23,7 +23,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from restore_runtime.artifact.hashing import file_digest
+from restore_runtime.artifact.hashing import file_sha256
 
 from .oci_registry import Registry
 
@@ -107,7 +107,7 @@ def _sha256_file(path: Path) -> str:
     memo = path.with_suffix(".sha256")
     if memo.exists() and memo.stat().st_mtime >= path.stat().st_mtime:
         return memo.read_text().strip()
-    digest = f"sha256:{file_digest(path)}"
+    digest = f"sha256:{file_sha256(path)}"
     memo.write_text(f"{digest}\n")
     return digest
 

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import hashlib
 import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from api.manifest import FileDigest
 from api.memory import MEMORY_PAGES, MemoryRange
 
+from .artifact.hashing import new_hash
 from .errors import Problem, SnapshotError, VerificationError
 
 log = logging.getLogger(__name__)
@@ -83,10 +84,11 @@ def _write(pid: int, buf: ctypes.Array, at: int, remote: int, length: int) -> No
                             + (f" ({os.strerror(err)})" if err else ""))  # fmt: skip
 
 
-def _chunk(path: Path, plan: _Plan, index: int, offset: int, length: int) -> tuple[str, dict]:
-    """Hash chunk ``index`` and write it where it belongs; returns its sha256 and the seconds
+def _chunk(path: Path, plan: _Plan, algorithm: FileDigest, index: int, offset: int,
+           length: int) -> tuple[str, dict]:  # fmt: skip
+    """Hash chunk ``index`` and write it where it belongs; returns its digest and the seconds
     this thread spent in each step."""
-    h = hashlib.sha256()
+    h = new_hash(algorithm)
     raw = bytearray(min(_BLOCK, length))
     buf = (ctypes.c_char * len(raw)).from_buffer(raw)
     view = memoryview(raw)
@@ -116,8 +118,9 @@ def _chunk(path: Path, plan: _Plan, index: int, offset: int, length: int) -> tup
     return h.hexdigest(), spent
 
 
-def fill(path: Path, chunk_size: int, digests: list[str], ranges: list[MemoryRange],
-         host_pid: dict[int, int], workers: int | None = None) -> int:  # fmt: skip
+def fill(path: Path, chunk_size: int, digests: list[str], algorithm: FileDigest,
+         ranges: list[MemoryRange], host_pid: dict[int, int],
+         workers: int | None = None) -> int:  # fmt: skip
     """Write ``path``'s bytes into the stopped tree (``host_pid``: the images' PIDs to the
     host's), checking chunk ``i`` against ``digests[i]``. Returns the bytes written; raises
     VerificationError on a mismatch, SnapshotError on a failed write."""
@@ -129,13 +132,13 @@ def fill(path: Path, chunk_size: int, digests: list[str], ranges: list[MemoryRan
         raise VerificationError([Problem(MEMORY_PAGES, "truncated", f"{len(chunks)} chunks, the "
                                          f"manifest lists {len(digests)}")])  # fmt: skip
     with ThreadPoolExecutor(workers or default_workers()) as pool:
-        results = list(pool.map(lambda c: _chunk(path, plan, *c), chunks))
+        results = list(pool.map(lambda c: _chunk(path, plan, algorithm, *c), chunks))
     got = [d for d, _ in results]
     # where the threads' time went, summed over them: read, hash or write bound
     log.info("fill thread-seconds: %s", {k: round(sum(s[k] for _, s in results), 2)
                                          for k in ("read", "hash", "write")})  # fmt: skip
     bad = [i for i, (a, b) in enumerate(zip(got, digests, strict=True)) if a != b]
     if bad:
-        raise VerificationError([Problem(MEMORY_PAGES, "modified",
-                                         f"sha256 mismatch in chunk(s) {bad[:5]}")])  # fmt: skip
+        raise VerificationError([Problem(MEMORY_PAGES, "modified", f"{algorithm} mismatch in "
+                                         f"chunk(s) {bad[:5]}")])  # fmt: skip
     return size

@@ -232,7 +232,7 @@ def test_5_a_tampered_artifact_cold_starts_under_fallback_and_fails_under_strict
     )
     cond = story.restored(pod)
     assert (cond["status"], cond["reason"]) == ("False", "FellBackToColdStart"), cond
-    assert f"{pages.relative_to(art)}: sha256 mismatch" in cond["message"], cond  # readable
+    assert f"{pages.relative_to(art)}: blake3 mismatch" in cond["message"], cond  # readable
     assert "FellBackToColdStart" in story.kubectl("-n", NS, "describe", "pod",
                                                   pod["metadata"]["name"])  # fmt: skip
     ip = story.pod(pod["metadata"]["name"])["status"]["podIP"]

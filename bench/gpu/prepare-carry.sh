@@ -16,7 +16,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux_2_34_x86_64 -d .whl \
   pydantic==2.14.4 pydantic-core annotated-types typing-inspection typing_extensions==4.16.0 \
-  cryptography==50.0.2 cffi pycparser pyroute2==0.9.7 protobuf==7.36.2
+  cryptography==50.0.2 cffi pycparser pyroute2==0.9.7 protobuf==7.36.2 blake3==1.0.8
 # For bench/gpu/shim_proof.py (the shim under containerd): containerd, runc and busybox-static
 # from Debian 13, unpacked onto the bare GPU machine; iptables for CRIU's network lock when a
 # container has a network namespace of its own (the --replicas rounds). No CNI.

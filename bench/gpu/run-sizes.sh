@@ -56,7 +56,7 @@ for size in "$@"; do
     --port "$port" "${model[@]}" --name "gpu-shim-proof-$size" ${SHIM_FLAGS:-} \
     2>&1 | tee "$work/shim_proof.log" | tail -8
   cp "$work/gpu-shim-proof-$size.json" "$OUT/"
-  grep -h "step \|phase " "$work"/*shim*.log 2>/dev/null | tail -12
+  grep -h "step \|phase \|thread-seconds" "$work"/*shim*.log 2>/dev/null | tail -12
   [[ -n "${SHIM_ONLY:-}" ]] && { tar -czf "$OUT/logs-$size.tgz" -C "$work" .; continue; }
   timeout -s INT 280 python3 bench/gpu/proof.py --out "$work" --port "$((port + 1))" \
     "${model[@]}" --kv-gb 16 ${PROOF_FLAGS:---leave-running} --name "gpu-bench-$size" 2>&1 \

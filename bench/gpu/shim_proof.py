@@ -201,24 +201,36 @@ def timeline(started: float, answered: float, shim_log: Path, report: dict) -> d
             "restore_to_first_answer_s": round(answered - done, 3)}  # fmt: skip
 
 
+#: /proc/vmstat counters that say where a fill's write time goes: huge pages faulted in or
+#: not, direct compaction (a fault that waits for 2 MiB to be made contiguous), page faults
+VMSTAT = ("thp_fault_alloc", "thp_fault_fallback", "compact_stall", "compact_fail",
+          "pgfault", "pgmajfault", "numa_miss", "numa_foreign")  # fmt: skip
+
+
+def vmstat() -> dict[str, int]:
+    rows = (line.split() for line in Path("/proc/vmstat").read_text().splitlines())
+    return {k: int(v) for k, v in rows if k in VMSTAT}
+
+
 def restore_one(node: Containerd, args, art: Path, ck: dict, dst: str, work: Path,
                 worker: list[str], ref: str) -> dict:  # fmt: skip
     """One restore through the shim, timed from ``ctr run`` to the first answer; then exec
     into it, kill and delete it as any container."""
     ctl = work / f"ctl-{dst}"
     ctl.mkdir()
-    t0, wall0 = time.monotonic(), time.time()
+    t0, wall0, counters = time.monotonic(), time.time(), vmstat()
     started = node.ctr(*run_args(ctl, RUNTIME_TYPE, restore_annotations(art, ck),
                                 args.out / f"{dst}.log"),
                        BUSYBOX_IMAGE, dst, *worker, check=False)  # fmt: skip
     restore_s, digest = first_response("127.0.0.1", args.port, t0, 300)
     wall1 = time.time()
+    counters = {k: v - counters.get(k, 0) for k, v in vmstat().items()}
     if args.smoke:  # the counter's answer changes with every request; its digest does not
         digest, ref = state_digest(digest), state_digest(ref)
     report = json.loads((ctl / RESTORE_REPORT).read_text())
     one = {"first_response_s": round(restore_s, 3), "identical": digest == ref,
            "start_rc": started.returncode, "start_stderr": started.stderr[-2000:],
-           "report": report}  # fmt: skip
+           "report": report, "vmstat": counters}  # fmt: skip
     if log := shim_log_of(dst):
         one["timeline"] = timeline(wall0, wall1, log, report)
     ex = node.ctr("task", "exec", "--exec-id", "probe", dst, "sh", "-c", "echo $((6*7))",

@@ -20,7 +20,7 @@ from pathlib import Path
 from api.manifest import MANIFEST_NAME
 
 from ..errors import ArtifactExists
-from .hashing import file_digest
+from .hashing import file_sha256
 from .oci import DIGEST, OciError, OciRef, RegistryAccess, pull
 from .pack import CACHE_DIR as CACHE_DIR  # re-exported: callers import it from here
 from .pack import STAGING_GLOB, Staging
@@ -60,7 +60,7 @@ class ArtifactCache:
             return entry, False
         with st:
             pull(ref, st.dir, self.access, self.max_bytes, timeout_s, reserve=self.make_room)
-            found = "sha256:" + file_digest(st.dir / MANIFEST_NAME)
+            found = "sha256:" + file_sha256(st.dir / MANIFEST_NAME)
             if found != manifest_digest:
                 # the entry's name must say what is inside, whatever the registry holds
                 raise OciError(f"{ref.uri} holds the artifact {found}, not {manifest_digest}")

@@ -1,7 +1,8 @@
-"""SHA-256 of artifact files, in parallel.
+"""Digests of artifact files (the manifest's ``fileDigest``: BLAKE3, or SHA-256 in older
+artifacts), in parallel.
 
 Large files are hashed per ``CHUNK_SIZE`` slice so one big CRIU page image spreads over all
-cores: hashlib releases the GIL while it hashes, so threads are enough. A slice may also turn
+cores: both hashes release the GIL while they hash, so threads are enough. A slice may also turn
 its zero blocks into holes as it hashes them (the memory file): the bytes, and so the digest,
 stay the same, the store holds less, and a restore skips what reads as zero anyway.
 """
@@ -15,11 +16,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from blake3 import blake3
+
+from api.manifest import FileDigest
+
 from ..holes import punch, zero_blocks
 
 _READ = 4 * 1024 * 1024
 
 ProgressFn = Callable[[int], None]
+
+
+def new_hash(algorithm: FileDigest):
+    """A hashlib-style hasher. BLAKE3 on one thread: the callers already hash on every core."""
+    return blake3(max_threads=1) if algorithm == "blake3" else hashlib.sha256()
 
 
 @dataclass(frozen=True)
@@ -32,12 +42,12 @@ class Slice:
     holes: bool = False
 
 
-def hash_range(path: Path, offset: int, length: int, progress: ProgressFn | None = None,
-               holes: bool = False) -> str:  # fmt: skip
-    """sha256 of ``length`` bytes at ``offset``. A file shorter than that hashes what it has,
+def hash_range(path: Path, offset: int, length: int, algorithm: FileDigest,
+               progress: ProgressFn | None = None, holes: bool = False) -> str:  # fmt: skip
+    """The digest of ``length`` bytes at ``offset``. A file shorter than that hashes what it has,
     so a truncated file yields a different digest rather than an exception. With ``holes``,
     the zero blocks read are punched out of the file (it must be writable)."""
-    h = hashlib.sha256()
+    h = new_hash(algorithm)
     buf = bytearray(min(_READ, max(length, 1)))
     view = memoryview(buf)
     with open(path, "r+b" if holes else "rb", buffering=0) as f:
@@ -71,15 +81,19 @@ def default_workers() -> int:
 
 
 def hash_slices(
-    work: Iterable[Slice], workers: int | None = None, progress: ProgressFn | None = None
+    work: Iterable[Slice],
+    algorithm: FileDigest,
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
 ) -> dict[tuple[Path, int], str]:
     work = list(work)
     with ThreadPoolExecutor(max_workers=workers or default_workers()) as pool:
         digests = pool.map(
-            lambda s: hash_range(s.path, s.offset, s.length, progress, s.holes), work
+            lambda s: hash_range(s.path, s.offset, s.length, algorithm, progress, s.holes), work
         )
         return {(s.path, s.index): d for s, d in zip(work, digests, strict=True)}
 
 
-def file_digest(path: Path, progress: ProgressFn | None = None) -> str:
-    return hash_range(path, 0, path.stat().st_size, progress)
+def file_sha256(path: Path) -> str:
+    """A whole file's sha256 (a manifest's digest, as the webhook pins it), on one core."""
+    return hash_range(path, 0, path.stat().st_size, "sha256")

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 
-from api.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
+from api.manifest import FILE_DIGEST, MANIFEST_NAME, SIGNATURE_NAME, FileDigest, FileEntry, Manifest
 
 from ..errors import ArtifactExists, SnapshotError
 from .hashing import ProgressFn, Slice, default_workers, hash_slices, slices
@@ -117,8 +117,9 @@ def describe_files(
     holes: frozenset[str] = frozenset(),
     only: frozenset[str] | None = None,
     known: list[FileEntry] | None = None,
+    algorithm: FileDigest = FILE_DIGEST,
 ) -> list[FileEntry]:
-    """Size and sha256 of every file, all hashed in parallel: a file of one chunk whole, a
+    """Size and digests of every file, all hashed in parallel: a file of one chunk whole, a
     larger one per chunk only (its whole-file digest would be one core's pass over the
     biggest file, and would check nothing its chunks do not). The files named in ``holes``
     (relative paths) have their zero blocks punched out as they are hashed. ``only``: these
@@ -129,7 +130,7 @@ def describe_files(
     sizes = {p: p.stat().st_size for p in paths}
     parts = {p: slices(p, sizes[p], chunk_size, rels[p] in holes) for p in paths}
     work = [s for p in paths for s in parts[p] or [Slice(p, -1, 0, sizes[p])]]
-    digests = hash_slices(work, workers or default_workers(), progress)
+    digests = hash_slices(work, algorithm, workers or default_workers(), progress)
     entries = list(done.values())
     for p in paths:
         n = len(parts[p])
@@ -137,7 +138,7 @@ def describe_files(
             FileEntry(
                 path=rels[p],
                 size=sizes[p],
-                sha256=digests[(p, -1)] if not n else None,
+                digest=digests[(p, -1)] if not n else None,
                 chunks=[digests[(p, i)] for i in range(n)],
             )
         )

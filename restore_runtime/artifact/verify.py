@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
 
 from pydantic import ValidationError
 
-from api.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileEntry, Manifest
+from api.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileDigest, FileEntry, Manifest
 
 from ..errors import Problem, VerificationError
 from .hashing import ProgressFn, Slice, hash_slices, slices
@@ -141,9 +141,12 @@ def plan(
 
 
 def check_digests(
-    jobs: list[HashJob], workers: int | None = None, progress: ProgressFn | None = None
+    jobs: list[HashJob],
+    algorithm: FileDigest,
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
 ) -> list[Problem]:
-    digests = hash_slices([s for j in jobs for s in j.slices], workers, progress)
+    digests = hash_slices([s for j in jobs for s in j.slices], algorithm, workers, progress)
     problems = []
     for j in jobs:
         expected = j.entry.digests
@@ -151,7 +154,7 @@ def check_digests(
         bad = [i for i, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b]
         if bad:
             where = f"chunk(s) {bad[:5]}" if j.entry.chunks else "content"
-            problems.append(Problem(j.entry.path, "modified", f"sha256 mismatch in {where}"))
+            problems.append(Problem(j.entry.path, "modified", f"{algorithm} mismatch in {where}"))
     return problems
 
 
@@ -162,7 +165,9 @@ def verify(
     progress: ProgressFn | None = None,
 ) -> tuple[Manifest | None, list[Problem]]:
     manifest, problems, jobs = plan(artifact, public_key)
-    return manifest, problems + check_digests(jobs, workers, progress)
+    if manifest is None:
+        return manifest, problems
+    return manifest, problems + check_digests(jobs, manifest.file_digest, workers, progress)
 
 
 def verify_or_raise(

@@ -21,7 +21,15 @@ if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
 
 
 from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S
-from api.manifest import CHUNK_SIZE, CRIU_DIR, Compat, Cuda, Manifest, Network, Source
+from api.manifest import (
+    CHUNK_SIZE,
+    CRIU_DIR,
+    Compat,
+    Cuda,
+    Manifest,
+    Network,
+    Source,
+)
 from api.memory import MEMORY_PAGES
 
 from .. import handshake, procs

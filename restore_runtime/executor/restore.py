@@ -152,7 +152,8 @@ class Restore:
             self.memory = next((j.entry for j in jobs if j.entry.path == MEMORY_PAGES), None)
             with self.timer.step("hash-core"):
                 problems = check_digests([j for j in jobs if j not in pages
-                                          and j.entry is not self.memory])  # fmt: skip
+                                          and j.entry is not self.memory],
+                                         manifest.file_digest)  # fmt: skip
             if problems:
                 raise VerificationError(problems)
             if self.memory is not None:
@@ -204,7 +205,8 @@ class Restore:
         # without), and CRIU's restore hides them anyway. Nothing Python-heavy runs beside the
         # critical path for the same reason: a thread importing pyroute2 during verification
         # made it 0.65 s slower there.
-        self._late = self._pool.submit(check_digests, pages, None, self.progress.add_bytes)
+        self._late = self._pool.submit(check_digests, pages, manifest.file_digest, None,
+                                       self.progress.add_bytes)  # fmt: skip
 
     def restore_failed(self, e: SnapshotError) -> SnapshotError:
         """The error to report for a failed CRIU restore: when the artifact's pages also fail
@@ -226,6 +228,7 @@ class Restore:
                     self.artifact / MEMORY_PAGES,
                     manifest.chunk_size,
                     self.memory.digests,
+                    manifest.file_digest,
                     self.memory_index.ranges,
                     procs.host_pids_by_ns_pid(pid),
                     threads := self.req.fill_threads or memfill.default_workers(),

@@ -109,7 +109,7 @@ def test_captured_status_carries_the_manifest():
         compat=Compat(arch="x86_64", kernel="6.1", criuVersion="4.2.1", driverVersion="570.1",
                       cudaDriverVersion=12080,
                       gpus=[{"uuid": "GPU-1", "product": "NVIDIA H200", "memoryMiB": 143771}]),
-        files=[FileEntry(path="criu/pages-1.img", size=3_000_000_000, sha256="0" * 64)],
+        files=[FileEntry(path="criu/pages-1.img", size=3_000_000_000, digest="0" * 64)],
     )  # fmt: skip
     snap = snapshot([("Ready", "False", R.CHECKPOINTING)], node="node-a")
     st = d.captured(snap, m, "file:///store/x", "sha256:" + "1" * 64, 9.81)

@@ -9,6 +9,7 @@ exit status and one line per problem.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -147,14 +148,46 @@ def test_a_file_without_any_digest_is_refused(tmp_path):
     only): a manifest that drops it describes nothing to check, and is refused."""
     art = make_artifact(tmp_path)
     pages = next(f for f in verify_or_raise(art).files if f.path == "criu/pages-1.img")
-    assert pages.sha256 is None and len(pages.chunks) == 6  # no single-core whole-file pass
+    assert pages.digest is None and len(pages.chunks) == 6  # no single-core whole-file pass
 
     def drop(d):
         core = next(f for f in d["files"] if f["path"] == "criu/core-1.img")
-        del core["sha256"]
+        del core["digest"]
 
     rewrite_manifest(art, drop)
     assert [k for k, _ in kinds(art)] == ["manifest"]
+
+
+def test_an_artifact_made_before_blake3_still_verifies(tmp_path):
+    """Older artifacts say nothing of their digests' algorithm: SHA-256, in a ``sha256``
+    field per whole file. They verify as such, and a change to them is still found."""
+    art = make_artifact(tmp_path)
+
+    def to_sha256(d):
+        del d["fileDigest"]
+        for f in d["files"]:
+            data = (art / f["path"]).read_bytes()
+            if f.pop("digest", None):
+                f["sha256"] = hashlib.sha256(data).hexdigest()
+            f["chunks"] = [hashlib.sha256(data[o : o + CHUNK]).hexdigest()
+                           for o in range(0, len(data), CHUNK)] if f["chunks"] else []  # fmt: skip
+
+    rewrite_manifest(art, to_sha256)
+    assert verify_or_raise(art).file_digest == "sha256"
+    (art / "criu/core-1.img").write_bytes(b"CORE")
+    assert kinds(art) == [("modified", "criu/core-1.img")]
+
+
+def test_a_sha256_entry_in_a_blake3_manifest_is_refused(tmp_path):
+    """A field names its algorithm: a ``sha256`` field is never checked with BLAKE3."""
+    art = make_artifact(tmp_path)
+
+    def relabel(d):
+        core = next(f for f in d["files"] if f["path"] == "criu/core-1.img")
+        core["sha256"] = core.pop("digest")
+
+    rewrite_manifest(art, relabel)
+    assert kinds(art) == [("manifest", MANIFEST_NAME)]
 
 
 def test_missing_manifest(tmp_path):
@@ -221,7 +254,7 @@ def test_cli_verify_and_inspect(tmp_path):
     bad = snapshotctl("verify", str(art), check=False)
     assert bad.returncode == 1
     assert sorted(bad.stdout.splitlines()) == [
-        "modified: criu/core-1.img: sha256 mismatch in content",
+        "modified: criu/core-1.img: blake3 mismatch in content",
         f"truncated: criu/pages-1.img: 1 bytes, expected {5 * CHUNK + 17}",
     ]
     js = json.loads(snapshotctl("verify", str(art), "--json", check=False).stdout)
