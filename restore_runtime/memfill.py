@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import itertools
 import logging
 import os
 import time
@@ -66,7 +67,7 @@ class _Plan:
         [offset, offset + length) of the file."""
         end = offset + length
         k = max(0, bisect.bisect_right(self.starts, offset) - 1)
-        for r in self.ranges[k:]:
+        for r in itertools.islice(self.ranges, k, None):  # not ranges[k:]: a copy per block
             if r.offset >= end:
                 break
             lo, hi = max(offset, r.offset), min(end, r.offset + r.length)
@@ -131,6 +132,10 @@ def fill(path: Path, chunk_size: int, digests: list[str], algorithm: FileDigest,
     if len(chunks) != len(digests):
         raise VerificationError([Problem(MEMORY_PAGES, "truncated", f"{len(chunks)} chunks, the "
                                          f"manifest lists {len(digests)}")])  # fmt: skip
+    lengths = sorted(r.length for r in ranges)
+    log.info("memory index: %d range(s) of %d process(es), median %d bytes, %.2f GB",
+             len(lengths), len(host_pid), lengths[len(lengths) // 2] if lengths else 0,
+             sum(lengths) / 1e9)  # fmt: skip
     with ThreadPoolExecutor(workers or default_workers()) as pool:
         results = list(pool.map(lambda c: _chunk(path, plan, algorithm, *c), chunks))
     got = [d for d, _ in results]

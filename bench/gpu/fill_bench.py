@@ -31,23 +31,99 @@ from api.memory import MemoryRange  # noqa: E402
 from restore_runtime import memfill  # noqa: E402
 from restore_runtime.artifact.hashing import hash_slices, new_hash, slices  # noqa: E402
 
+_MAP_NORESERVE = 0x4000  # not in every Python's mmap module
 
-def _target(size: int, huge: bool) -> tuple[int, int]:
-    """A stopped child with an untouched mapping of ``size`` bytes: (pid, address)."""
+
+def _targets(sizes: list[int], huge: bool) -> tuple[int, list[int]]:
+    """A stopped child with one untouched mapping per size: (pid, their addresses)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if huge:
-            m.madvise(mmap.MADV_HUGEPAGE)
-        os.write(w, ctypes.addressof(ctypes.c_char.from_buffer(m)).to_bytes(8, "little"))
-        os.kill(os.getpid(), signal.SIGSTOP)
-        os._exit(0)
-    addr = int.from_bytes(os.read(r, 8), "little")
-    os.close(r)
+        try:
+            flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
+            maps = [mmap.mmap(-1, size, flags=flags) for size in sizes]
+            for m in maps:
+                if huge:
+                    m.madvise(mmap.MADV_HUGEPAGE)
+                os.write(w, ctypes.addressof(ctypes.c_char.from_buffer(m)).to_bytes(8, "little"))
+            os.kill(os.getpid(), signal.SIGSTOP)
+        except BaseException as e:
+            os.write(2, f"target: {e!r}\n".encode())
+        finally:
+            os._exit(0)
     os.close(w)
+    data = b""
+    while chunk := os.read(r, 4096):
+        data += chunk
+        if len(data) == 8 * len(sizes):
+            break
+    os.close(r)
+    if len(data) != 8 * len(sizes):
+        os.waitpid(pid, 0)
+        raise RuntimeError(f"the target could not map {len(sizes)} region(s)")
     os.waitpid(pid, os.WSTOPPED)
+    return pid, [int.from_bytes(data[i : i + 8], "little") for i in range(0, len(data), 8)]
+
+
+def _target(size: int, huge: bool) -> tuple[int, int]:
+    pid, (addr,) = _targets([size], huge)
     return pid, addr
+
+
+def _layout_target(ranges: list[MemoryRange], huge: bool) -> tuple[int, list[MemoryRange]]:
+    """A stopped child with the ranges' layout: each cluster of them (gaps under 64 MiB) in a
+    fresh mapping, at its offset from the cluster's 2 MiB-aligned start, so alignment holds.
+    Returns (pid, the ranges moved there, as pid 1)."""
+    clusters: list[list[MemoryRange]] = []
+    for r in sorted(ranges, key=lambda r: r.vaddr):
+        if clusters and r.vaddr - (clusters[-1][-1].vaddr + clusters[-1][-1].length) < 64 << 20:
+            clusters[-1].append(r)
+        else:
+            clusters.append([r])
+    starts = [c[0].vaddr & ~((2 << 20) - 1) for c in clusters]
+    sizes = [c[-1].vaddr + c[-1].length - lo for c, lo in zip(clusters, starts, strict=True)]
+    pid, bases = _targets(sizes, huge)
+    moved = [MemoryRange(pid=1, vaddr=base + r.vaddr - lo, length=r.length, offset=r.offset)
+             for c, lo, base in zip(clusters, starts, bases, strict=True) for r in c]  # fmt: skip
+    return pid, moved
+
+
+def replay(artifact: Path, threads: int | None = None) -> dict:
+    """The artifact's own fill (its memory file, index and digests) into a fresh stopped
+    process instead of the restored tree: what the fill costs apart from the target a CUDA
+    restore made. The biggest process's ranges only (its layout, one mapping)."""
+    from api.manifest import Manifest
+    from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
+
+    manifest = Manifest.from_json((artifact / "manifest.json").read_bytes())
+    entry = next(f for f in manifest.files if f.path == MEMORY_PAGES)
+    index = MemoryIndex.from_json((artifact / MEMORY_INDEX).read_bytes())
+    by_pid: dict[int, list[MemoryRange]] = {}
+    for r in index.ranges:
+        by_pid.setdefault(r.pid, []).append(r)
+    ranges = max(by_pid.values(), key=lambda rs: sum(r.length for r in rs))
+    lengths = sorted(r.length for r in ranges)
+    out: dict = {"ranges": len(lengths), "bytes": sum(lengths), "processes": len(by_pid),
+                 "length_p10_p50_p90": [lengths[len(lengths) * q // 10] for q in (1, 5, 9)],
+                 "runs": []}  # fmt: skip
+    for block in (1 << 20, 4 << 20):
+        for huge in (True, False):
+            pid, moved = _layout_target(ranges, huge)
+            memfill._BLOCK, t0 = block, time.monotonic()
+            try:
+                memfill.fill(artifact / MEMORY_PAGES, manifest.chunk_size, entry.digests,
+                             manifest.file_digest, moved, {1: pid}, threads)  # fmt: skip
+                dt, err = time.monotonic() - t0, None
+            except Exception as e:  # other processes' ranges fail their chunks' digests
+                dt, err = time.monotonic() - t0, f"{type(e).__name__}: {e}"[:300]
+            finally:
+                memfill._BLOCK = 1 << 20
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            gb_s = round(out["bytes"] / dt / 1e9, 2)
+            out["runs"].append({"block": block, "huge": huge, "seconds": round(dt, 3),
+                                "gb_s": gb_s, "error": err})  # fmt: skip
+    return out
 
 
 def _raw(src: mmap.mmap, pid: int, addr: int, threads: int) -> None:

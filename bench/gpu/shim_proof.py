@@ -36,6 +36,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
+import fill_bench  # noqa: E402
 import pages  # noqa: E402  (bench/gpu, beside this file)
 import replicas  # noqa: E402
 import thp  # noqa: E402
@@ -314,6 +315,11 @@ def main() -> int:
                     help="the shim's fill threads for each restore in turn, e.g. 16,8,32 "
                          "(0: its default)")  # fmt: skip
     ap.add_argument(
+        "--replay",
+        action="store_true",
+        help="then the artifact's fill into a fresh process (fill_bench.replay)",
+    )
+    ap.add_argument(
         "--cold-timeout",
         type=float,
         default=240.0,
@@ -395,6 +401,11 @@ def main() -> int:
                 res.setdefault("host_trials", {})[spec] = {"before": before, **one}
             except Exception as e:
                 res.setdefault("host_trials", {})[spec] = {"error": f"{type(e).__name__}: {e}"}
+        if args.replay:
+            try:  # a trial, not the proof
+                res["replay"] = fill_bench.replay(art)
+            except Exception as e:
+                res["replay"] = {"error": f"{type(e).__name__}: {e}"}
         first = restores[0]
         res["restore"] = first  # the headline, named as in earlier results
         ok = [r["report"]["outcome"] == "restored" and r["identical"]

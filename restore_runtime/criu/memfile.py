@@ -159,6 +159,7 @@ def _plan(images, images_dir: Path, pid: str, min_run: int) -> _Plan | None:
         return None
     moved: list[tuple[int, int, int]] = []
     kept: list[tuple[int, int, int, int]] = []
+    starts = {s for s, _ in ranges}
     at = 0
     for e in entries:
         n, vaddr = e.get("nr_pages") or e["compat_nr_pages"], e["vaddr"]
@@ -166,11 +167,25 @@ def _plan(images, images_dir: Path, pid: str, min_run: int) -> _Plan | None:
         for i, j in sparse.spans(ranges, vaddr, n):
             if j - i >= min_run:
                 mask[i:j] = b"\x01" * (j - i)
-                moved.append((vaddr + i * PAGE, j - i, at + i))
+                _append_run(moved, (vaddr + i * PAGE, j - i, at + i), starts)
         kept += [(vaddr + i * PAGE, j - i, at + i, e["flags"])
                  for i, j in sparse.kept_runs(mask)]  # fmt: skip
         at += n
     return _Plan(pid, pages, head, entries[0], moved, kept) if moved else None
+
+
+def _append_run(moved: list[tuple[int, int, int]], run: tuple[int, int, int],
+                starts: set[int]) -> None:  # fmt: skip
+    """Append (vaddr, pages, index in the page file), merged into the run before it when it
+    continues that run in memory and in the file, within one mapping (``starts``: where
+    mappings begin). CRIU's pagemap entries stop at its pipe's size (1 MiB): unmerged, a
+    6.65 B worker's index held 13,202 ranges, and the fill paid for each."""
+    if moved:
+        v, n, at = moved[-1]
+        if v + n * PAGE == run[0] and at + n == run[2] and run[0] not in starts:
+            moved[-1] = (v, n + run[1], at)
+            return
+    moved.append(run)
 
 
 def _mark_huge(images, mm: Path, moved: list[tuple[int, int, int]]) -> None:

@@ -15,6 +15,7 @@ with pycriu, never by hand. A process whose pagemap has anything but plain prese
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import mmap
 import os
@@ -87,7 +88,7 @@ def spans(ranges: list[tuple[int, int]], vaddr: int, n: int) -> list[tuple[int, 
     out = []
     # the first mapping that could reach the entry: a GPU worker has thousands of both
     k = max(0, bisect.bisect_right(ranges, (vaddr, vaddr)) - 1)
-    for s, e in ranges[k:]:
+    for s, e in itertools.islice(ranges, k, None):  # not ranges[k:]: a copy per entry
         if s >= end:
             break
         lo, hi = max(s, vaddr), min(e, end)
