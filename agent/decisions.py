@@ -181,7 +181,7 @@ def restored_condition(report: RestoreReport) -> RestoredCondition:
     reason = RestoredReason.of(report.outcome)
     timings = phases_text(report.timings)
     parts = [p for p in (report.reason, f"phase {report.failed_phase}" if report.failed_phase
-                         else None, timings) if p]  # fmt: skip
+                         else None, timings, report.fill_text) if p]  # fmt: skip
     return RestoredCondition(status.value, reason.value, "; ".join(parts) or report.outcome.value)
 
 

@@ -117,6 +117,7 @@ class Restore:
         #: the memory file's manifest entry and its checked index, when the artifact has one
         self.memory: FileEntry | None = None
         self.memory_index: MemoryIndex | None = None
+        self.filled: int | None = None  # bytes of the memory file written into the tree
         self._ok = False
 
     def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
@@ -233,6 +234,7 @@ class Restore:
                     procs.host_pids_by_ns_pid(pid),
                     threads := self.req.fill_threads or memfill.default_workers(),
                 )
+            self.filled = n
             log.info("filled %.2f GB of memory in %.2fs with %d threads", n / 1e9,
                      self.timer.result()["fill"], threads)  # fmt: skip
         with self.phase("verify-wait"):
@@ -258,6 +260,7 @@ class Restore:
             pid=pid,
             podIP=pod_ip,
             timings=self.timer.result(),
+            fillBytes=self.filled,
         )
 
     def close(self) -> None:

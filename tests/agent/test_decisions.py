@@ -151,6 +151,14 @@ def test_restored_condition(outcome, status, reason):
     assert c.to_api("now")["type"] == RESTORED_CONDITION
 
 
+def test_the_restored_condition_names_the_fills_bytes_and_speed():
+    timings = {"fill": 1.5, "cuda": 2.0}
+    report = RestoreReport(outcome=RestoreOutcome.RESTORED, artifact="/a", timings=timings,
+                           fillBytes=15_000_000_000)  # fmt: skip
+    assert d.restored_condition(report).message.endswith("filled 15.00 GB at 10.0 GB/s")
+    assert RestoreReport(outcome=RestoreOutcome.RESTORED, artifact="/a").fill_text is None
+
+
 def test_needs_restore_report():
     p = pod()
     assert not d.needs_restore_report(p, "node-a")  # not a restore pod

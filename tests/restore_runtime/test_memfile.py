@@ -87,6 +87,7 @@ def test_a_memory_file_restores_both_processes_bitwise(dumped, tmp_path, cleanup
     rpid, report = restore_cli(art, tmp_path)
     cleanup_pids.append(rpid)
     assert report["outcome"] == "restored" and "fill" in report["timings"]
+    assert report["fillBytes"] == size  # every byte of the file hashed, its data written
     after = _both(port)
     assert after == before
     assert after[0]["map"] != after[1]["map"], "the child's own change came back"
