@@ -24,6 +24,7 @@ COPY shim /src/shim
 COPY webhook /src/webhook
 COPY controller /src/controller
 COPY agent /src/agent
+COPY signer /src/signer
 COPY kubeclient /src/kubeclient
 COPY scripts/link-pycriu.sh /src/scripts/
 RUN python3 -m venv /opt/snapshot \

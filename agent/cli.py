@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S
@@ -19,6 +20,8 @@ from api.paths import DEFAULT_RUNC_ROOT
 from restore_runtime.artifact.oci import OciRef
 from restore_runtime.cli import dispatch
 from restore_runtime.errors import SnapshotError
+
+from .signer_client import DEFAULT_TOKEN, RemoteSigner
 
 #: run in the init container; the host's systemd is reached through PID 1's mount namespace
 DEFAULT_RESTART = "nsenter --target 1 --mount -- systemctl restart containerd"
@@ -38,7 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--runc-root", type=Path, default=DEFAULT_RUNC_ROOT)
     a.add_argument("--handshake-timeout", type=float, default=DEFAULT_HANDSHAKE_TIMEOUT_S,
                    metavar="S")  # fmt: skip
-    a.add_argument("--sign-key", type=Path, help="Ed25519 private key (PEM) to sign with")
+    a.add_argument("--sign-key", type=Path,
+                   help="Ed25519 private key (PEM) to sign with, on this machine (a "
+                        "one-machine setup; a cluster's nodes use --signer-url)")  # fmt: skip
+    _signer_args(a)
+    a.add_argument("--signer-token", type=Path, default=DEFAULT_TOKEN,
+                   help="this agent's service-account token for the signer's audience")  # fmt: skip
     a.add_argument("--resync", type=float, default=300.0,
                    help="seconds between passes when nothing changes (passes run on watch "
                         "events)")  # fmt: skip
@@ -78,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_STORE_ROOT,
         help="the artifact store: restores read artifacts from under it only",
     )
+    _signer_args(n, "install the public key the signer serves (waits for it up to 5 min)")
     n.add_argument("--no-signing-required", dest="signing_required", action="store_false",
                    help="let the shim restore unsigned artifacts (weakens isolation)")  # fmt: skip
     n.add_argument(
@@ -100,6 +109,21 @@ def _parser() -> argparse.ArgumentParser:
                         "mount named, when it is on a private mount")  # fmt: skip
     _oci_args(n)
     return p
+
+
+def _signer_args(p: argparse.ArgumentParser, what: str = "ask it for every signature") -> None:
+    p.add_argument("--signer-url", metavar="https://HOST",
+                   help=f"the cluster's signer (snapshot-signer): {what}")  # fmt: skip
+    p.add_argument("--signer-ca", type=Path, help="the CA of the signer's certificate (PEM)")
+
+
+def _remote_signer(args: argparse.Namespace) -> RemoteSigner | None:
+    if not args.signer_url:
+        return None
+    if args.signer_ca is None or getattr(args, "sign_key", None) is not None:
+        raise SnapshotError("--signer-url needs --signer-ca, and excludes --sign-key")
+    token = getattr(args, "signer_token", DEFAULT_TOKEN)
+    return RemoteSigner(args.signer_url, args.signer_ca, token)
 
 
 def _oci_args(p: argparse.ArgumentParser) -> None:
@@ -146,6 +170,7 @@ def agent_config(args: argparse.Namespace):
         kubelet_root=args.kubelet_root,
         runc_root=args.runc_root,
         handshake_timeout_s=args.handshake_timeout,
+        signer=_remote_signer(args),
         sign_key=args.sign_key,
         oci_repository=args.oci_repository,
         registry=registry_access(oci),
@@ -183,7 +208,12 @@ def cmd_install_node(args: argparse.Namespace) -> int:
     check_host_mounts(args.host_to_container)
     node = _oci_node(args, store_root=args.store, signing_required=args.signing_required,
                      fill_threads=args.fill_threads or None)  # fmt: skip
-    res = install(args.host_root, args.prefix, args.containerd_config, args.verify_key,
+    verify_key = args.verify_key
+    if signer := _remote_signer(args):
+        verify_key = Path(tempfile.mkdtemp()) / "verify.pem"
+        verify_key.write_bytes(signer.public_key(wait_s=300.0))
+        print(f"verify key: from {signer.url}")
+    res = install(args.host_root, args.prefix, args.containerd_config, verify_key,
                   sign_key=args.sign_key, bin_dir=args.bin_dir, node=node)  # fmt: skip
     print(f"shim: {res.shim}; containerd config {'updated' if res.config_changed else 'unchanged'}")
     # Until containerd has restarted, a marker beside its config says it must: a restart that

@@ -40,11 +40,11 @@ READY, FAILED = PodSnapshotConditions.READY, PodSnapshotConditions.FAILED
 
 
 def ready_reason(snap: PodSnapshot) -> str | None:
-    return next((c.reason for c in snap.status.conditions if c.type == READY), None)
+    return snap.ready_reason
 
 
 def on_node(snap: PodSnapshot, node: str) -> bool:
-    return snap.status.source is not None and snap.status.source.node_name == node
+    return snap.node_name == node
 
 
 def to_checkpoint(snap: PodSnapshot, node: str) -> bool:

@@ -33,7 +33,7 @@ from kubeclient.workqueue import Key, Watched, meta
 from restore_runtime.artifact import oci, signing
 from restore_runtime.artifact.cache import CACHE_DIR, DEFAULT_MAX_BYTES, ArtifactCache
 from restore_runtime.artifact.oci import OciRef, RegistryAccess
-from restore_runtime.artifact.pack import remove_stale_staging
+from restore_runtime.artifact.pack import Signer, remove_stale_staging
 from restore_runtime.compat import HostInfo, host_info
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, CheckpointResult, checkpoint
@@ -43,6 +43,7 @@ from restore_runtime.handshake import read_control_file
 from restore_runtime.timing import phases_text
 
 from . import decisions as d
+from .signer_client import RemoteSigner
 from .slots import CheckpointSlots
 
 log = logging.getLogger("snapshot.agent")
@@ -59,7 +60,10 @@ class AgentConfig:
     runc_root: Path = DEFAULT_RUNC_ROOT
     runc: str = "runc"  # the node's runc (the one its containerd runs), or one as new
     handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
-    sign_key: Path | None = None  # Ed25519 private key (PEM): artifacts get a manifest.sig
+    #: who signs manifest.json: the cluster's signer (the chart: no key on the node), or a
+    #: private key here (one-machine setups); unsigned when neither is set
+    signer: RemoteSigner | None = None
+    sign_key: Path | None = None  # Ed25519 private key (PEM)
     #: push artifacts to this OCI repository (oci://REGISTRY/REPOSITORY) instead of keeping
     #: them in the store; the store then holds this node's cache of them
     oci_repository: OciRef | None = None
@@ -245,7 +249,7 @@ class Agent:
             log.warning("refused PodSnapshot %s/%s: %s", ns, snap.metadata.name, why)
             return await self._fail(snap, why)
         try:
-            key = signing.load_private_key(self.cfg.sign_key) if self.cfg.sign_key else None
+            signer = self._signer(snap)
         except SnapshotError as e:
             return await self._fail(snap, str(e))
         await self.snapshots.patch_status(snap, d.checkpointing(snap))
@@ -257,7 +261,7 @@ class Agent:
             leave_running=snap.spec.keep_source_running,
             control_dir=control if control.is_dir() else None,
             handshake_timeout_s=self.cfg.handshake_timeout_s,
-            sign_key=key,
+            signer=signer,
             pod=name, namespace=ns, container=snap.container,
             pod_snapshot=snap.metadata.name, pod_snapshot_uid=snap.metadata.uid or None,
             image_digest=d.image_digest(pod, snap.container or ""),
@@ -289,6 +293,11 @@ class Agent:
             result.manifest.timings
         )
         await self._event(snap.to_api(), "Normal", PodSnapshotReasons.CAPTURED, msg)
+
+    def _signer(self, snap: PodSnapshot) -> Signer | None:
+        if self.cfg.signer is not None:
+            return self.cfg.signer.for_snapshot(snap)
+        return signing.local_signer(self.cfg.sign_key) if self.cfg.sign_key else None
 
     def publish(self, snap: PodSnapshot, result: CheckpointResult) -> str:
         """Push the artifact to the OCI repository; this node keeps it as its cached copy

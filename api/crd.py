@@ -176,6 +176,19 @@ class PodSnapshot(_Model):
     def container(self) -> str | None:
         return self.spec.source.containers[0] if self.spec.source.containers else None
 
+    @property
+    def ready_reason(self) -> str | None:
+        """The Ready condition's reason: where the capture stands (PodSnapshotReasons)."""
+        return next(
+            (c.reason for c in self.status.conditions if c.type == PodSnapshotConditions.READY),
+            None,
+        )
+
+    @property
+    def node_name(self) -> str | None:
+        """The node the controller handed the capture to."""
+        return self.status.source.node_name if self.status.source else None
+
 
 # ---- SnapshotJob ----------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from devnode.containerd import Containerd, admitted
 from devnode.cri import Crictl
 from devnode.probe import first_response, parse
 from examples.cpu_demo.run import PORT, start_pod
-from restore_runtime.executor import CheckpointResult
+from restore_runtime.executor.checkpoint import CheckpointResult
 
 WORKLOADS = {
     "digits": "random forest, 400 trees (scikit-learn digits)",

@@ -81,7 +81,7 @@ def install(c: Cluster, work: Path) -> Installed:
         raise RuntimeError(f"helm install: {p.stderr.strip()}\n{diagnose(c, NAMESPACE)}")
     # not `rollout status`: with one node and maxUnavailable 1, a DaemonSet whose only pod
     # cannot start counts as rolled out (and so does `helm install --wait`)
-    for component in ("agent", "webhook", "controller"):
+    for component in ("signer", "agent", "webhook", "controller"):
         wait_ready(c, f"app.kubernetes.io/component={component}", 180)
     return Installed(image, demo)
 

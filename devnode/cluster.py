@@ -51,6 +51,8 @@ def missing() -> str | None:
 #: listens on the machine's own network
 API_IFACE, API_ADDRESS = "snapapi0", "10.233.250.1"
 POD_SUBNET = "10.233.5.0/24"
+#: the signer Service's ClusterIP (in the API server's service range, devnode/apiserver.py)
+SIGNER_IP = "10.96.0.200"
 
 
 @dataclass
@@ -103,7 +105,11 @@ class Cluster:
             "shimBinDir": str(self.shim_bin_dir),
             "artifactStore": str(self.node.store),
             "kubeletRoot": str(self.kubelet_root),
-        }}  # fmt: skip
+        },
+            # no DNS for Services here: agents reach the signer at a fixed ClusterIP; and this
+            # one node is the "GPU" node, where the chart's default keeps the signer off
+            "signer": {"clusterIP": SIGNER_IP, "affinity": None, "replicas": 1},
+        }  # fmt: skip
 
 
 def kubelet_config(node: Containerd, port: int, healthz: int) -> dict:
@@ -190,6 +196,9 @@ def cluster(work: Path) -> Iterator[Cluster]:
                     # to its pods (iptables rules, removed by --cleanup on the way out)
                     [str(proxy), f"--kubeconfig={kc}", f"--hostname-override={NODE}",
                      "--proxy-mode=iptables", f"--cluster-cidr={POD_SUBNET}",
+                     # a pod reaching a Service whose pod is on the same bridge (the agent
+                     # and the signer) gets its answers back through the NAT
+                     "--masquerade-all",
                      "--conntrack-max-per-core=0",
                      f"--healthz-bind-address=127.0.0.1:{free_port()}",
                      f"--metrics-bind-address=127.0.0.1:{free_port()}"],

@@ -17,7 +17,7 @@ from pathlib import Path
 from api.annotations import ARTIFACT, MANIFEST_DIGEST
 from api.node import NodeConfig
 from restore_runtime.artifact import signing
-from restore_runtime.executor import CheckpointRequest, CheckpointResult, checkpoint
+from restore_runtime.executor.checkpoint import CheckpointRequest, CheckpointResult, checkpoint
 from restore_runtime.executor.runners import RuncContainer
 
 from . import claim, registry
@@ -113,7 +113,7 @@ class Containerd:
         return checkpoint(CheckpointRequest(
             output=self.store / namespace / name,
             runc_container=RuncContainer(RUNC_ROOT, container_id, self.runc),
-            sign_key=signing.load_private_key(self.sign_key), namespace=namespace,
+            signer=signing.local_signer(self.sign_key), namespace=namespace,
             pod_snapshot=name, **kw,
         ))  # fmt: skip
 

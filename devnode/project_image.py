@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SNAPSHOT_IMAGE_CACHE", "/var/cache/snapshot-tools/images"))
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: the packages the Dockerfile copies into the project image
-PROJECT_PACKAGES = ("api", "restore_runtime", "shim", "webhook", "controller", "agent",
+PROJECT_PACKAGES = ("api", "restore_runtime", "shim", "webhook", "controller", "agent", "signer",
                     "kubeclient")  # fmt: skip
 #: the files examples/cpu_demo/Dockerfile copies (the workload helper and the demo)
 CPU_DEMO_FILES = (

@@ -1,5 +1,6 @@
-"""`snapshot-webhook` as its own process (its console entry point, not its modules), serving
-TLS on loopback with a self-signed CA: for the tests and the webhook load benchmark."""
+"""`snapshot-webhook` and `snapshot-signer` as their own processes (not their modules in the
+test's), serving TLS on loopback with a self-signed CA: for the tests and the webhook load
+benchmark."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from devnode import free_port, stop_process, wait_until
 
 
 @dataclass
-class WebhookServer:
+class TlsServer:
     url: str
     ca: Path
     log: Path
@@ -29,17 +30,33 @@ class WebhookServer:
 
 
 @contextlib.contextmanager
-def webhook_process(tmp: Path, kubeconfig: Path, *extra: str) -> Iterator[WebhookServer]:
+def webhook_process(tmp: Path, kubeconfig: Path, *extra: str) -> Iterator[TlsServer]:
     """`snapshot-webhook` as its own process, serving TLS on loopback with a self-signed CA."""
+    with _tls_process(tmp, "webhook", kubeconfig, extra) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def signer_process(tmp: Path, kubeconfig: Path, key: Path, agent_sa: str,
+                   *extra: str) -> Iterator[TlsServer]:  # fmt: skip
+    """`snapshot-signer` as its own process, with ``key``, for ``agent_sa`` (NS:NAME)."""
+    args = ("--key", str(key), "--agent-service-account", agent_sa, *extra)
+    with _tls_process(tmp, "signer", kubeconfig, args) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _tls_process(tmp: Path, component: str, kubeconfig: Path,
+                 extra: tuple[str, ...]) -> Iterator[TlsServer]:  # fmt: skip
     port = free_port()
-    log = tmp / f"webhook-{port}.log"
+    log = tmp / f"{component}-{port}.log"
     certs = tmp / f"certs-{port}"
-    cmd = [sys.executable, "-m", "webhook.cli", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [sys.executable, "-m", f"{component}.cli", "--host", "127.0.0.1", "--port", str(port),
            "--self-signed", str(certs), "--extra-san", "127.0.0.1",
            "--kubeconfig", str(kubeconfig), *extra]  # fmt: skip
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    server = WebhookServer(f"https://127.0.0.1:{port}", certs / "ca.crt", log)
+    server = TlsServer(f"https://127.0.0.1:{port}", certs / "ca.crt", log)
     try:
 
         def healthy() -> bool:
@@ -51,7 +68,7 @@ def webhook_process(tmp: Path, kubeconfig: Path, *extra: str) -> Iterator[Webhoo
             except httpx.HTTPError:
                 return False
 
-        wait_until(healthy, [proc], "snapshot-webhook", log, 30)
+        wait_until(healthy, [proc], f"snapshot-{component}", log, 30)
         yield server
     finally:
         stop_process(proc, 10)

@@ -19,7 +19,8 @@ from api.report import RestoreReport
 from . import handshake
 from .artifact.verify import load_manifest, manifest_digest, verify
 from .errors import SnapshotError
-from .executor import CheckpointRequest, RestoreRequest, checkpoint, restore
+from .executor.checkpoint import CheckpointRequest, checkpoint
+from .executor.restore import RestoreRequest, restore
 from .executor.runners import RuncContainer
 from .progress import Progress, human
 from .timing import phases_text
@@ -108,7 +109,7 @@ def _emit(args: argparse.Namespace, data: dict, text: str) -> None:
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     from .artifact import signing
 
-    key = signing.load_private_key(args.sign_key) if args.sign_key else None
+    signer = signing.local_signer(args.sign_key) if args.sign_key else None
     res = checkpoint(
         CheckpointRequest(
             pid=args.pid or 0,
@@ -117,7 +118,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
             else None,
             output=args.output,
             leave_running=args.leave_running,
-            sign_key=key,
+            signer=signer,
             control_dir=args.control_dir,
             handshake_timeout_s=args.handshake_timeout,
             namespace=args.namespace,

@@ -77,7 +77,7 @@ class Runc:
     log_dir: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     runner: CommandRunner = field(default_factory=SubprocessRunner)
-    _criu_version: str | None = field(default=None, init=False, repr=False)
+    _criu_version: asyncio.Future[str] | None = field(default=None, init=False, repr=False)
     _skips_in_flight: bool | None = field(default=None, init=False, repr=False)
 
     def _base(self, id_: str) -> list[str]:
@@ -175,10 +175,17 @@ class Runc:
     async def criu_version(self) -> str:
         """``criu --version`` through this driver's runner (in the shim: its reaper), read
         once: a shim restores many containers, the binary does not change under it."""
-        if self._criu_version is None:
-            _, out, _ = await self.runner.run([criu_runner.criu_binary(), "--version"])
-            self._criu_version = criu_runner.parse_version(out.decode(errors="replace"))
-        return self._criu_version
+        if self._criu_version is None:  # one read, whoever asks first (a warm-up, a restore)
+            self._criu_version = asyncio.ensure_future(self._read_criu_version())
+        try:
+            return await asyncio.shield(self._criu_version)
+        except Exception:
+            self._criu_version = None  # asked again next time
+            raise
+
+    async def _read_criu_version(self) -> str:
+        _, out, _ = await self.runner.run([criu_runner.criu_binary(), "--version"])
+        return criu_runner.parse_version(out.decode(errors="replace"))
 
     async def skips_in_flight(self) -> bool:
         """Whether this runc can leave connections in a listener's accept queue out of a

@@ -23,10 +23,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from api.paths import RUNC_ROOT_BASE
 
 from . import VERSION
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from restore_runtime.runc import Runc
+
+    from .task.service import TaskService
 
 # Heavy imports (asyncio, protobuf, the engine) happen in serve()/delete only: ``start`` runs
 # for every container (StartContainer waits for it) and must return fast; asyncio alone is
@@ -92,22 +100,46 @@ def cmd_start(args: argparse.Namespace) -> int:
     listener.bind(str(path))
     os.chmod(path, 0o600)
     listener.listen(128)
-    argv = [sys.argv[0], "-namespace", args.namespace, "-id", args.id, "-address", args.address,
-            "-publish-binary", args.publish_binary, "-socket", str(path)]  # fmt: skip
-    if args.debug:
-        argv.append("-debug")
-    os.set_inheritable(listener.fileno(), True)
-    child = subprocess.Popen(
-        [*invocation(), *argv[1:], "serve"],
-        cwd=bundle, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True,
-        pass_fds=(listener.fileno(),), env={**os.environ, "SNAPSHOT_SHIM_LISTEN_FD":
-                                            str(listener.fileno())},
-    )  # fmt: skip
-    (bundle / "shim.pid").write_text(str(child.pid))
+    args.socket = str(path)
+    # The server is this process, forked: a second interpreter started from nothing (as
+    # the runc shim re-executes itself) cost its start-up and these imports again on the
+    # path of every restore. Nothing here has started a thread, so the fork is safe.
+    child = os.fork()
+    if child == 0:
+        _serve_forked(args, listener)
+    (bundle / "shim.pid").write_text(str(child))
     (bundle / "address").write_text(address)
     print(address, end="")
     return 0
+
+
+def _name_process(name: bytes) -> None:
+    """The name ``ps -o comm`` and ``top`` show (its command line stays ``start``'s)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(15, name, 0, 0, 0)  # PR_SET_NAME
+
+
+def _serve_forked(args: argparse.Namespace, listener: socket.socket) -> NoReturn:
+    """The forked server: a session of its own, and none of ``start``'s descriptors but the
+    listener (containerd reads ``start``'s stdout until every writer has closed it)."""
+    code = 1
+    try:
+        os.setsid()
+        _name_process(b"snapshot-shim")
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        keep = listener.fileno()
+        os.closerange(3, keep)
+        os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+        import asyncio
+
+        asyncio.run(serve(args, listener))
+        code = 0
+    finally:
+        os._exit(code)
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
@@ -187,7 +219,7 @@ def dump_stacks() -> None:
             handler.stream.flush()
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, sock: socket.socket | None = None) -> None:
     import asyncio
 
     from api.node import NodeConfig
@@ -213,16 +245,19 @@ async def serve(args: argparse.Namespace) -> None:
     # the node's settings, parsed once: every restore this shim serves uses them
     service = TaskService(runc, reaper, publisher, workdir, NodeConfig.from_env(),
                           on_empty=stop.set)  # fmt: skip
-    fd = int(os.environ.get("SNAPSHOT_SHIM_LISTEN_FD", "3"))
-    sock = socket.socket(fileno=fd)
+    if sock is None:  # started as ``serve`` by hand: the listener is descriptor 3
+        sock = socket.socket(fileno=3)
     server = await serve_unix(service.handlers(), sock=sock)
     log.info(
         "%s serving %s for %s/%s on %s", VERSION, SERVICE, args.namespace, args.id, args.socket
     )
+    warming = _warm_up(service, runc)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, dump_stacks)
     await stop.wait()
+    if warming is not None:
+        warming.cancel()
     server.close()
     await publisher.flush()
     with contextlib.suppress(FileNotFoundError):
@@ -236,12 +271,20 @@ async def serve(args: argparse.Namespace) -> None:
     os._exit(0)
 
 
-def invocation() -> list[str]:
-    """How this process was started, up to its own arguments: ``python -m shim``, the
-    console script, or the node installer's ``python -c <boot>`` (which adds the shim's
-    site directory first). The serving child must start the same way, or it cannot import
-    the shim."""
-    return sys.orig_argv[: len(sys.orig_argv) - len(sys.argv) + 1]
+def _warm_up(service: TaskService, runc: Runc) -> asyncio.Task | None:
+    """The engine loaded in the background when this shim was started for a pod's sandbox
+    or a restoring container (its bundle is our working directory)."""
+    import asyncio
+
+    from .process.restore import wants_warm_up, warm_up
+
+    try:
+        spec = json.loads(Path("config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not wants_warm_up(spec):
+        return None
+    return asyncio.get_running_loop().create_task(warm_up(runc, service.node))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,9 +299,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.buffer.write(runtime_info(VERSION))
         return 0
     if args.action == "start":
+        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # see serve below
         return cmd_start(args)
     if args.action == "delete":
         return cmd_delete(args)
+    # pydantic looks for plugins in every installed distribution's metadata when the
+    # engine's models load (10 ms of a restore's path): the shim uses none
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     if args.action == "serve":
         import asyncio
 

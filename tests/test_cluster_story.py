@@ -134,7 +134,7 @@ def test_1_helm_install_registers_the_runtime_with_containerd2(story):
     pods = json.loads(story.kubectl("-n", SYSTEM, "get", "pods", "-o", "json"))["items"]
     ready = [p["metadata"]["name"] for p in pods
              if all(c["ready"] for c in p["status"].get("containerStatuses", []))]  # fmt: skip
-    assert len(ready) == len(pods) == 5, pods  # webhook x2, controller x2, agent
+    assert len(ready) == len(pods) == 6, pods  # webhook x2, controller x2, agent, signer
 
 
 def test_2_a_snapshotjob_makes_a_ready_podsnapshot(story):
@@ -144,6 +144,9 @@ def test_2_a_snapshotjob_makes_a_ready_podsnapshot(story):
         story.kubectl("-n", NS, "wait", f"--for={cond}", "podsnapshot/cpu-demo", "--timeout=300s")
     row = story.kubectl("-n", NS, "get", "podsnap", "cpu-demo", "--no-headers").split()
     assert row[:3] == ["cpu-demo", "True", cluster.NODE] and int(row[3]) > 0, row
+    # signed by the signer, for the agent of this node (the node holds no private key)
+    log = story.kubectl("-n", SYSTEM, "logs", f"deploy/{RELEASE}-signer")
+    assert f"of PodSnapshot {NS}/cpu-demo" in log and f"for node {cluster.NODE}" in log, log
 
 
 def test_3_deployment_replicas_restore_with_the_source_state(story):

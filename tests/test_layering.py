@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPONENTS = {"shim", "webhook", "controller", "agent"}
+COMPONENTS = {"shim", "webhook", "controller", "agent", "signer"}
 DEV_ONLY = {"devnode", "bench", "examples", "tests"}
 CONTROL_PLANE_LIBS = {"kubernetes_asyncio", "kubernetes", "fastapi", "uvicorn", "jsonpatch",
                       "prometheus_client", "starlette", "httpx", "aiohttp"}  # fmt: skip
@@ -39,6 +39,8 @@ ALLOWED: dict[str, set[str]] = {
     "webhook": {"api", "kubeclient", "webhook"} | CONTROL_PLANE_LIBS,
     "controller": {"api", "kubeclient", "controller"} | CONTROL_PLANE_LIBS,
     "agent": {"api", "restore_runtime", "kubeclient", "agent"} | CONTROL_PLANE_LIBS,
+    # the engine for its Ed25519 signing only (restore_runtime/artifact/signing.py)
+    "signer": {"api", "restore_runtime", "kubeclient", "signer"} | CONTROL_PLANE_LIBS,
     "devnode": {"api", "restore_runtime", "kubeclient", "devnode"} | CONTROL_PLANE_LIBS,
     "bench": {"api", "restore_runtime", "devnode", "examples", "bench"} | CONTROL_PLANE_LIBS,
     "examples": {"api", "restore_runtime", "devnode", "examples"},

@@ -72,7 +72,7 @@ hooks=(--customize-hook="copy-in $work/wheels /tmp"
 if [[ $name == snapshot ]]; then
   # the code layer brings the project's packages; the dist-info and console scripts stay
   hooks+=(--customize-hook="chroot \"\$1\" bash /tmp/wheels/link-pycriu.sh $venv"
-          --customize-hook='for p in api restore_runtime shim webhook controller agent kubeclient; do rm -rf "$1"/opt/snapshot/lib/python*/site-packages/$p; done')
+          --customize-hook='for p in api restore_runtime shim webhook controller agent signer kubeclient; do rm -rf "$1"/opt/snapshot/lib/python*/site-packages/$p; done')
 fi
 hooks+=(--customize-hook='rm -rf "$1"/tmp/wheels "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*')
 

@@ -73,8 +73,31 @@ def start_worker(args, port: int, ctl: Path, log: Path) -> int:
     return int(sh(cmd).stdout.strip())
 
 
+def raw_fill(art: Path, pid: int) -> int:
+    """The memory file into the stopped tree, as the engine's fill phase does (hashing each
+    chunk as it goes: the raw path is ours without containerd, runc and the checks around)."""
+    from api.manifest import Manifest
+    from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
+    from restore_runtime import memfill, procs
+
+    manifest = Manifest.from_json((art / "manifest.json").read_bytes())
+    entry = next((f for f in manifest.files if f.path == MEMORY_PAGES), None)
+    if entry is None:  # an artifact without a memory file: CRIU restored every page
+        return 0
+    index = MemoryIndex.from_json((art / MEMORY_INDEX).read_bytes())
+    return memfill.fill(
+        art / MEMORY_PAGES,
+        manifest.chunk_size,
+        entry.digests,
+        manifest.file_digest,
+        index.ranges,
+        procs.host_pids_by_ns_pid(pid),
+    )
+
+
 def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dict:
-    """The lab notes' raw path: criu restore + CUDA restore/unlock, nothing else."""
+    """The lab notes' raw path: criu restore (stopped), the memory fill, CUDA restore/unlock,
+    nothing else."""
     from cuda.bindings import driver as drv
 
     from restore_runtime import procs
@@ -89,11 +112,15 @@ def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dic
     for f in ctl.iterdir():
         f.unlink()
     t0 = time.monotonic()
-    o = options.RestoreOptions(images_dir=imgs, work_dir=work, pidfile=work / "pid")
+    o = options.RestoreOptions(images_dir=imgs, work_dir=work, pidfile=work / "pid",
+                               leave_stopped=True)  # fmt: skip
     subprocess.run([os.environ.get("SNAPSHOT_CRIU", "criu"), *options.restore_args(o)],
                    check=True)  # fmt: skip
     t_criu = time.monotonic() - t0
     pid = int((work / "pid").read_text())
+    filled = raw_fill(art, pid)
+    t_fill = time.monotonic() - t0 - t_criu
+    procs.continue_tree(pid)
     states = {p: drv.cuCheckpointProcessGetState(p) for p in procs.tree(pid)}
     cuda = [p for p, (e, _) in states.items() if e == drv.CUresult.CUDA_SUCCESS]
     print("raw restore: tree states", states, flush=True)
@@ -103,12 +130,13 @@ def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dic
     for p in cuda:
         (err,) = drv.cuCheckpointProcessUnlock(p, None)
         assert err == drv.CUresult.CUDA_SUCCESS, f"unlock {p}: {err}"
-    t_cuda = time.monotonic() - t0 - t_criu
+    t_cuda = time.monotonic() - t0 - t_criu - t_fill
     msg = RestoreComplete(pod_ip=None, hostname="raw", restored_at="", timings={})
     (ctl / RESTORE_COMPLETE).write_bytes(msg.to_json())
     t, d = first_response("127.0.0.1", port, t0, 300)
     kill_tree(pid)
-    return {"criu_s": round(t_criu, 3), "cuda_s": round(t_cuda, 3),
+    return {"criu_s": round(t_criu, 3), "fill_s": round(t_fill, 3), "fill_bytes": filled,
+            "cuda_s": round(t_cuda, 3),
             "first_response_s": round(t, 3), "identical": d == expect}  # fmt: skip
 
 

@@ -10,17 +10,17 @@ import hashlib
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 
 from api.manifest import FILE_DIGEST, MANIFEST_NAME, SIGNATURE_NAME, FileDigest, FileEntry, Manifest
 
 from ..errors import ArtifactExists, SnapshotError
 from .hashing import ProgressFn, Slice, default_workers, hash_slices, slices
+
+#: the exact bytes of manifest.json -> their signature: a local key (signing.local_signer),
+#: or the cluster's signer, which holds the key off the node (agent/signer_client.py)
+Signer = Callable[[bytes], bytes]
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
@@ -145,14 +145,13 @@ def describe_files(
     return sorted(entries, key=lambda e: e.path)
 
 
-def write_manifest(root: Path, manifest: Manifest, sign_key: Ed25519PrivateKey | None) -> str:
-    """Write manifest.json (and manifest.sig); return the manifest digest ``sha256:<hex>``."""
+def write_manifest(root: Path, manifest: Manifest, sign: Signer | None) -> str:
+    """Write manifest.json (and manifest.sig, from ``sign``); return the manifest digest
+    ``sha256:<hex>``."""
     data = manifest.to_json()
     _write_synced(root / MANIFEST_NAME, data)
-    if sign_key is not None:
-        from . import signing
-
-        _write_synced(root / SIGNATURE_NAME, signing.sign(data, sign_key))
+    if sign is not None:
+        _write_synced(root / SIGNATURE_NAME, sign(data))
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 

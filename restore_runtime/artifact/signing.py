@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -54,6 +55,13 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
 
 def sign(manifest_bytes: bytes, key: Ed25519PrivateKey) -> bytes:
     return key.sign(manifest_bytes)
+
+
+def local_signer(path: Path) -> Callable[[bytes], bytes]:
+    """A signer from a private key file on this machine (snapshotctl, a one-machine setup);
+    a cluster's nodes ask the signer instead, and never hold the key."""
+    key = load_private_key(path)
+    return key.sign
 
 
 def signature_valid(manifest_bytes: bytes, signature: bytes, key: Ed25519PublicKey) -> bool:

@@ -1,14 +1,6 @@
-"""Coordinates checkpoints and restores; the libraries beside it do the work."""
+"""Coordinates checkpoints and restores; the libraries beside it do the work.
 
-from .checkpoint import CheckpointRequest, CheckpointResult, checkpoint
-from .restore import Restore, RestoreRequest, prepare, restore
-
-__all__ = [
-    "CheckpointRequest",
-    "CheckpointResult",
-    "Restore",
-    "RestoreRequest",
-    "checkpoint",
-    "prepare",
-    "restore",
-]
+``checkpoint.py`` and ``restore.py`` are imported by name, never through this package: a
+restoring shim imports the restore side alone, and does not pay for the checkpoint side's
+modules on its critical path.
+"""

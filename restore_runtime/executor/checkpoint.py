@@ -14,11 +14,6 @@ import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 
 from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S
 from api.manifest import (
@@ -33,7 +28,7 @@ from api.manifest import (
 from api.memory import MEMORY_PAGES
 
 from .. import handshake, procs
-from ..artifact.pack import Staging, describe_files, write_manifest
+from ..artifact.pack import Signer, Staging, describe_files, write_manifest
 from ..artifact.rootfs_pack import DEFAULT_MAX_BYTES
 from ..compat import host_info
 from ..criu import memfile, runner
@@ -56,7 +51,8 @@ class CheckpointRequest:
     #: a container to checkpoint through runc (else the tree is dumped with CRIU directly)
     runc_container: RuncContainer | None = None
     leave_running: bool = False
-    sign_key: Ed25519PrivateKey | None = None
+    #: signs manifest.json (artifact/pack.py: Signer); unsigned when None
+    signer: Signer | None = None
     control_dir: Path | None = None
     handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     #: optional identity of the source when it is a pod (filled in by the node agent)
@@ -213,7 +209,7 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
             manifest = _manifest(req, host, command, own_netns, pod_ips,
                                  cuda_ns_pids, gpu.pids, files,
                                  timer)  # fmt: skip
-            digest = write_manifest(staging.dir, manifest, req.sign_key)
+            digest = write_manifest(staging.dir, manifest, req.signer)
             path = staging.commit()
         except BaseException:
             _give_back(req, gpu, inflight.quiesced)

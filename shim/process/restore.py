@@ -163,13 +163,49 @@ def netns_path(spec: dict) -> str | None:
     return None
 
 
+def wants_warm_up(spec: dict) -> bool:
+    """Whether the shim started for this bundle should load the engine before it is asked
+    to: a container that restores, or a pod's sandbox (the webhook gives the pod this
+    runtime only because it restores, and its container's create comes seconds later)."""
+    try:
+        return (spec.get("annotations") or {}).get(ann.CONTAINER_TYPE) == "sandbox" or (
+            RestoreTarget.from_spec(spec) is not None
+        )
+    except ann.AnnotationError:
+        return False  # the create will refuse it, with the reason
+
+
+def _load_engine(node: NodeConfig) -> None:
+    # ~0.1 s, most of it pydantic and the manifest's models; the key ~0.1 s more (cryptography)
+    from restore_runtime.artifact.node_access import verify_key
+    from restore_runtime.executor import restore as _  # noqa: F401
+
+    from . import io as _io  # noqa: F401
+
+    verify_key(node)
+
+
+async def warm_up(runc, node: NodeConfig) -> None:
+    """Load the engine and read CRIU's version off the restore's path: started when the shim
+    starts serving, it runs while the kubelet pulls images and sets the pod up (a create
+    that comes first waits for the same imports, and loses nothing)."""
+    t0 = time.monotonic()
+    try:
+        await asyncio.to_thread(_load_engine, node)
+        await runc.criu_version()
+    except Exception as e:  # the restore meets the same error, and reports it
+        log.warning("warm-up: %s: %s", type(e).__name__, e)
+        return
+    log.info("engine loaded in %.3fs, ahead of the restore", time.monotonic() - t0)
+
+
 async def restore(p, t: RestoreTarget, node: NodeConfig) -> RestoreReport:
     """Restore init process ``p`` (an InitProcess, not yet created) from ``t``; on success
     ``p`` runs with its pid set. Raises RestoreFailed, having left nothing behind: no runc
     container, no restored process, no work directory."""
     # The engine is imported by restoring containers only: plain pods stay light.
     from restore_runtime.artifact.node_access import verify_key
-    from restore_runtime.executor import RestoreRequest, prepare
+    from restore_runtime.executor.restore import RestoreRequest, prepare
     from restore_runtime.runc import RuncError
 
     from .io import ProcessIO

@@ -21,6 +21,7 @@ PLURALS = {
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
     "RuntimeClass": "/apis/node.k8s.io/v1/runtimeclasses",
     "Secret": "/api/v1/namespaces/{ns}/secrets",
+    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
     "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "ValidatingAdmissionPolicy":
@@ -100,9 +101,44 @@ def test_defaults_are_secure():
 
     spec = k["DaemonSet"][0]["spec"]["template"]["spec"]
     (init,) = spec["initContainers"]
-    assert "--sign-key=/keys/private.pem" in init["args"]
+    url = "--signer-url=https://snap-snapshot-signer.snapshot-system.svc"
+    assert url in init["args"] and url in spec["containers"][0]["args"]
     assert "--no-signing-required" not in init["args"]
-    assert "--sign-key=/keys/private.pem" in spec["containers"][0]["args"]
+    token = next(v for v in spec["volumes"] if v["name"] == "signer-token")
+    assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "snapshot-signer"
+
+
+def test_no_gpu_node_holds_the_signing_key():
+    """The key is mounted by the signer alone, which is kept off GPU nodes; the agent (on every
+    GPU node) gets the signer's CA from a ConfigMap and nothing of the signing or TLS Secrets.
+    Before the signer, the agent mounted the private key and signed on the node."""
+    k = by_kind(chart.render())
+    secrets = {s["metadata"]["name"] for s in k["Secret"]}
+
+    def mounted(spec: dict) -> set[str]:
+        found = set()
+        for v in spec["volumes"]:
+            found |= {v["secret"]["secretName"]} if "secret" in v else set()
+            for src in v.get("projected", {}).get("sources", []):
+                found |= {src["secret"]["name"]} if "secret" in src else set()
+        return found & secrets
+
+    agent = k["DaemonSet"][0]["spec"]["template"]["spec"]
+    assert mounted(agent) == set()
+    args = [a for c in (*agent["initContainers"], *agent["containers"]) for a in c["args"]]
+    assert not [a for a in args if a.startswith("--sign-key")]
+    signer = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-signer"))
+    spec = signer["spec"]["template"]["spec"]
+    assert mounted(spec) == {"snap-snapshot-signing", "snap-snapshot-signer-tls"}
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]  # fmt: skip
+    assert term["matchExpressions"] == [
+        {"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]  # fmt: skip
+    role = next(r for r in k["ClusterRole"] if r["metadata"]["name"].endswith("-signer"))
+    assert {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+            "verbs": ["create"]} in role["rules"]  # fmt: skip
+    assert "--agent-service-account=snapshot-system:snap-snapshot-agent" in spec["containers"][0][
+        "args"]  # fmt: skip
 
     agent_vap, vap = sorted(k["ValidatingAdmissionPolicy"], key=lambda o: o["metadata"]["name"])
     assert agent_vap["metadata"]["name"].endswith("-agent-node"), "the agent stays on its node"
@@ -157,6 +193,7 @@ def test_metrics_services_and_the_service_monitor_toggle():
 def test_signing_opt_out_is_explicit():
     k = by_kind(chart.render(set_values={"signing.required": "false"}))
     assert all(s["metadata"]["name"] != "snap-snapshot-signing" for s in k["Secret"])
+    assert all(not d["metadata"]["name"].endswith("-signer") for d in k["Deployment"])
     (init,) = k["DaemonSet"][0]["spec"]["template"]["spec"]["initContainers"]
     assert "--no-signing-required" in init["args"]
 
@@ -186,7 +223,7 @@ def test_bad_values_fail_with_a_message(values, message):
 
 
 NON_DEFAULT = {"signing.secretName": "snapshot-keys", "agent.installShim": "false",
-               "webhook.replicas": "1"}  # fmt: skip
+               "webhook.replicas": "1", "signer.replicas": "1"}  # fmt: skip
 LABELS = {"agent.nodeSelector.pool": "gpu",
           "runtimeClass.nodeSelector.snapshot\\.nvidia\\.com/shim": "true"}  # fmt: skip
 
@@ -207,10 +244,11 @@ def test_signing_and_node_installation():
     (agent,) = k["DaemonSet"]
     spec = agent["spec"]["template"]["spec"]
     assert "initContainers" not in spec  # installShim=false
-    assert "--sign-key=/keys/private.pem" in spec["containers"][0]["args"]
-    keys = {"name": "keys", "secret": {"secretName": "snapshot-keys", "defaultMode": 0o400}}
-    assert keys in spec["volumes"]
-    assert "PodDisruptionBudget" not in k  # one webhook replica: nothing to keep available
+    assert "--signer-ca=/signer-ca/ca.crt" in spec["containers"][0]["args"]
+    signer = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-signer"))
+    keys = {"name": "keys", "secret": {"secretName": "snapshot-keys", "defaultMode": 0o440}}
+    assert keys in signer["spec"]["template"]["spec"]["volumes"]
+    assert "PodDisruptionBudget" not in k  # one replica of each: nothing to keep available
     (rc,) = k["RuntimeClass"]
     assert rc["scheduling"]["nodeSelector"] == {"snapshot.nvidia.com/shim": "true"}
 

@@ -44,7 +44,7 @@ def make_artifact(
             files=describe_files(st.dir, CHUNK),
             chunkSize=CHUNK,
         )
-        write_manifest(st.dir, manifest, key)
+        write_manifest(st.dir, manifest, key.sign if key else None)
         return st.commit()
 
 

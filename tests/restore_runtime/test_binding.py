@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from restore_runtime.errors import VerificationError
-from restore_runtime.executor import RestoreRequest, prepare
+from restore_runtime.executor.restore import RestoreRequest, prepare
 
 
 def prepare_within(req: RestoreRequest, seconds: float = 10.0) -> BaseException | None:

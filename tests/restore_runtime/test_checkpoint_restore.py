@@ -18,7 +18,8 @@ import pytest
 from api.handshake import RESTORE_COMPLETE
 from restore_runtime.artifact import signing
 from restore_runtime.errors import CriuError, SnapshotError, VerificationError
-from restore_runtime.executor import CheckpointRequest, RestoreRequest, checkpoint, restore
+from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
+from restore_runtime.executor.restore import RestoreRequest, restore
 from tests.conftest import requires_criu
 from tests.helpers import (
     BACKLOG_LISTENER,

@@ -14,7 +14,8 @@ import uuid
 import pytest
 
 from restore_runtime.criu import images
-from restore_runtime.executor import CheckpointRequest, RestoreRequest, checkpoint, restore
+from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
+from restore_runtime.executor.restore import RestoreRequest, restore
 from restore_runtime.netns import global_addresses, rebind_map
 from tests.conftest import requires_criu
 from tests.helpers import ask, start_counter

@@ -28,7 +28,7 @@ from devnode import workloads
 from devnode.containerd import RUNC_ROOT
 from devnode.cri import TOOLS_BIN
 from restore_runtime.errors import SnapshotError
-from restore_runtime.executor import CheckpointRequest, checkpoint
+from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
 from restore_runtime.executor.recovery import journals, recover_interrupted
 from restore_runtime.executor.runners import RuncContainer
 from tests.conftest import requires_containerd
@@ -49,7 +49,7 @@ CONTROL = workloads.DEFAULT_CONTROL_DIR
 CHECKPOINTER = """
 import sys
 from pathlib import Path
-from restore_runtime.executor import CheckpointRequest, checkpoint
+from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
 from restore_runtime.executor.runners import RuncContainer
 root, cid, runc, out, ctl, leave = sys.argv[1:]
 checkpoint(CheckpointRequest(output=Path(out), runc_container=RuncContainer(Path(root), cid, runc),

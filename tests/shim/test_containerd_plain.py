@@ -107,7 +107,7 @@ def test_sigusr1_dumps_where_the_shim_waits(containerd):
     name = cid("dump")
     containerd.ctr("run", "-d", "--runtime", RUNTIMES[1], IMAGE, name, "sleep", "1000")
     try:
-        pid = int(subprocess.run(["pgrep", "-f", "--", f"-id {name} .*serve"],
+        pid = int(subprocess.run(["pgrep", "-f", "--", f"-id {name} .*start"],
                                  capture_output=True, text=True).stdout.split()[0])  # fmt: skip
         log = Path(f"/run/containerd/snapshot-shim/k8s.io/shim-{name}.log")
         os.kill(pid, signal.SIGUSR1)

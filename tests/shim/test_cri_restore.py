@@ -24,7 +24,7 @@ from api.handshake import RESTORE_REPORT
 from devnode import workloads
 from devnode.containerd import RUNC_ROOT, admitted
 from devnode.cri import TOOLS_BIN
-from restore_runtime.executor import CheckpointResult
+from restore_runtime.executor.checkpoint import CheckpointResult
 from restore_runtime.runc import Runc
 from tests.conftest import requires_containerd
 from tests.helpers import ask, connect
@@ -102,7 +102,7 @@ def test_container_that_exits_during_start(cri, host_network):
 
 
 def shims_for(id_: str) -> int:
-    out = subprocess.run(["pgrep", "-f", "--", f"-id {id_} .*serve"], capture_output=True,
+    out = subprocess.run(["pgrep", "-f", "--", f"-id {id_} .*start"], capture_output=True,
                          text=True)  # fmt: skip
     return len(out.stdout.split())
 

@@ -34,7 +34,7 @@ STATE = Path("/run/containerd/snapshot-shim/k8s.io")
 
 
 def _shim_pids(pod: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "--", f"-id {pod} .*serve"], capture_output=True,
+    out = subprocess.run(["pgrep", "-f", "--", f"-id {pod} .*start"], capture_output=True,
                          text=True).stdout  # fmt: skip
     return [int(p) for p in out.split()]
 

@@ -63,7 +63,7 @@ def repack(art: Path, key) -> str:
     m = Manifest.from_json((art / "manifest.json").read_bytes())
     m = m.model_copy(update={"files": pack.describe_files(art, m.chunk_size)})
     (art / SIGNATURE_NAME).unlink(missing_ok=True)
-    return pack.write_manifest(art, m, key)
+    return pack.write_manifest(art, m, key.sign if key else None)
 
 
 def test_artifact_of_another_namespace(cri, containerd, cri_pod):

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from devnode import chart
-from devnode.webhook import WebhookServer, webhook_process
+from devnode.webhook import TlsServer, webhook_process
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def webhook(control_plane, tmp_path_factory):
 
 
 @contextlib.contextmanager
-def chart_webhook_registered(control_plane, webhook: WebhookServer, name: str):
+def chart_webhook_registered(control_plane, webhook: TlsServer, name: str):
     """The chart's MutatingWebhookConfiguration (rules, namespaceSelector, matchConditions,
     failurePolicy), pointed at a local webhook by URL instead of through a Service."""
     why = chart.missing()

@@ -44,6 +44,16 @@ certManager (yours, CA injected by cert-manager) */ -}}
 {{- .Values.webhook.tls.secretName | default (printf "%s-webhook-tls" (include "snapshot.fullname" .)) -}}
 {{- end -}}
 
+{{- define "snapshot.signerName" -}}
+{{ include "snapshot.fullname" . }}-signer
+{{- end -}}
+
+{{- /* where agents reach the signer: its fixed ClusterIP when one is set (clusters without
+DNS for Services), else its Service's name */ -}}
+{{- define "snapshot.signerURL" -}}
+https://{{ .Values.signer.clusterIP | default (printf "%s.%s.svc" (include "snapshot.signerName" .) .Release.Namespace) }}
+{{- end -}}
+
 {{- define "snapshot.signingSecret" -}}
 {{- .Values.signing.secretName | default (printf "%s-signing" (include "snapshot.fullname" .)) -}}
 {{- end -}}

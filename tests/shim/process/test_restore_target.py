@@ -13,7 +13,7 @@ import pytest
 
 from api import annotations as ann
 from api.node import NodeConfig
-from shim.process.restore import RestoreFailed, RestoreTarget
+from shim.process.restore import RestoreFailed, RestoreTarget, wants_warm_up
 
 ART = "file:///var/lib/snapshot/artifacts/team-a/warm"
 
@@ -82,3 +82,13 @@ def test_a_restart_restores_again_under_strict():
     t = RestoreTarget.from_spec(spec(**{ann.ARTIFACT: ART, ann.RESTART_COUNT: "2",
                                         ann.INTERNAL_RESTORE_POLICY: "strict"}))  # fmt: skip
     assert t is not None and t.policy is ann.RestorePolicy.STRICT
+
+
+def test_the_engine_is_loaded_ahead_for_a_pods_sandbox_and_a_restoring_container():
+    """A shim started for a sandbox (the webhook gave the pod this runtime because it
+    restores) or for a restoring container loads the engine before the restore asks; one for
+    a container that starts normally, or whose annotations are refused, does not."""
+    assert wants_warm_up(spec(**{ann.CONTAINER_TYPE: "sandbox"}))
+    assert wants_warm_up(spec(**{ann.ARTIFACT: ART}))
+    assert not wants_warm_up(spec())
+    assert not wants_warm_up(spec(**{ann.ARTIFACT: ART, ann.INTERNAL_RESTORE_POLICY: "maybe"}))

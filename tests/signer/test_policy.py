@@ -1,0 +1,43 @@
+"""The signer's decision alone (pure), for the states the API-server test does not reach:
+a PodSnapshot being deleted, one already Failed, and the happy path it shares with it."""
+
+from __future__ import annotations
+
+from api.crd import PodSnapshot
+from api.manifest import Compat, FileEntry, Manifest, Source
+from api.signer import SignRequest
+from signer.policy import Caller, refusal
+
+AGENT = "system:serviceaccount:snapshot-system:agent"
+CALLER = Caller(AGENT, "node-a")
+
+
+def snap(conditions: list[dict], **meta) -> PodSnapshot:
+    return PodSnapshot.model_validate({
+        "metadata": {"name": "s", "namespace": "t", "uid": "u1", **meta},
+        "spec": {"source": {"podRef": {"name": "p"}}},
+        "status": {"source": {"nodeName": "node-a"}, "conditions": conditions},
+    })  # fmt: skip
+
+
+CHECKPOINTING = {"type": "Ready", "status": "False", "reason": "Checkpointing"}
+MANIFEST = Manifest(source=Source(pid=1, hostname="h", namespace="t", podSnapshot="s",
+                                  podSnapshotUid="u1"),
+                    compat=Compat(arch="x86_64", kernel="6.1", criuVersion="4.2.1"),
+                    files=[FileEntry(path="criu/core-1.img", size=1, digest="0" * 64)])  # fmt: skip
+REQ = SignRequest.of("t", "s", "u1", MANIFEST.to_json())
+
+
+def test_a_podsnapshot_being_captured_on_the_callers_node_is_signed():
+    assert refusal(CALLER, AGENT, REQ, snap([CHECKPOINTING]), MANIFEST) is None
+
+
+def test_a_podsnapshot_being_deleted_is_refused():
+    s = snap([CHECKPOINTING], deletionTimestamp="2026-12-05T00:00:00Z")
+    assert "being deleted" in (refusal(CALLER, AGENT, REQ, s, MANIFEST) or "")
+
+
+def test_a_failed_podsnapshot_is_refused():
+    failed = {"type": "Failed", "status": "True", "reason": "CheckpointFailed"}
+    why = refusal(CALLER, AGENT, REQ, snap([CHECKPOINTING, failed]), MANIFEST) or ""
+    assert "not being checkpointed" in why
