@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from api.manifest import MANIFEST_NAME, SIGNATURE_NAME, FileDigest, FileEntry, Manifest
 
 from ..errors import Problem, VerificationError
-from .hashing import ProgressFn, Slice, hash_slices, slices
+from .hashing import ProgressFn, Slice, hash_slices, new_hash, slices
 
 
 def manifest_digest(artifact: Path) -> str:
@@ -156,6 +156,49 @@ def check_digests(
             where = f"chunk(s) {bad[:5]}" if j.entry.chunks else "content"
             problems.append(Problem(j.entry.path, "modified", f"{algorithm} mismatch in {where}"))
     return problems
+
+
+def copy_verified(jobs: list[HashJob], artifact: Path, dest: Path,
+                  algorithm: FileDigest) -> list[Problem]:  # fmt: skip
+    """Each job's file read once, through a descriptor that follows no link, its bytes hashed
+    and written to the same relative path under ``dest``: the restore then reads only those
+    copies, so a store changed after the check (a shared store another node's root can
+    write) changes nothing that is used. Only the bytes the manifest lists are copied."""
+    problems = []
+    for j in jobs:
+        rel = j.entry.path
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            got = _copy_hashing(artifact / rel, dest / rel, j.slices, algorithm)
+        except OSError as e:
+            problems.append(Problem(rel, "unreadable", e.strerror or str(e)))
+            continue
+        if got is None:
+            problems.append(Problem(rel, "truncated", "shorter than the manifest says"))
+        elif got != j.entry.digests:
+            problems.append(Problem(rel, "modified", f"{algorithm} mismatch"))
+    return problems
+
+
+def _copy_hashing(src: Path, dst: Path, parts: list[Slice],
+                  algorithm: FileDigest) -> list[str] | None:  # fmt: skip
+    digests = []
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with open(dst, "xb") as out:
+            for s in sorted(parts, key=lambda s: s.index):
+                h, left = new_hash(algorithm), s.length
+                while left:
+                    block = os.pread(fd, min(left, 1 << 20), s.offset + s.length - left)
+                    if not block:
+                        return None
+                    h.update(block)
+                    out.write(block)
+                    left -= len(block)
+                digests.append(h.hexdigest())
+    finally:
+        os.close(fd)
+    return digests
 
 
 def verify(

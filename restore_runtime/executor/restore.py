@@ -8,20 +8,19 @@
 The caller runs the restore itself because only it knows how (the shim's runc runs under its
 reaper, on its own event loop); the engine never calls back up.
 
-Nothing from the artifact runs before verification passes. To keep verification off the
-critical path, the page images (raw memory, by far the largest files and never parsed by
-CRIU) are hashed while CRIU restores with the tree left stopped; everything CRIU parses is
-verified before it starts. The tree continues only once every digest matched.
+Nothing from the artifact runs before verification passes. Everything CRIU parses (and the
+memory index, and the rootfs diff) is read once into the work directory, hashed there, and
+used from there. To keep verification off the critical path, the page images (raw memory,
+never parsed by CRIU) are hashed while CRIU restores with the tree left stopped, and the
+memory file as it is filled in. The tree continues only once every digest matched.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from api.report import RestoreReport
 from .. import handshake, memfill, mounts, procs
 from ..artifact import binding
 from ..artifact.rootfs import apply_rootfs_diff
-from ..artifact.verify import check_digests, load_manifest, manifest_digest, plan
+from ..artifact.verify import check_digests, copy_verified, load_manifest, manifest_digest, plan
 from ..compat import HostInfo, allocated_gpus, check, gpu_pairs, host_info
 from ..criu import creds, images, memfile, runner
 from ..cuda.driver import CudaDriver, proc_gpu_minors
@@ -48,6 +47,7 @@ from ..errors import IncompatibleError, Problem, SnapshotError, VerificationErro
 from ..netns import global_addresses, netns_path, rebind_map
 from ..progress import Progress
 from ..timing import PhaseTimer
+from . import workdir
 from .runners import criu_restore
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class Restore:
         self.progress = progress or Progress(enabled=False)
         self.artifact = req.artifact.absolute()
         self.timer = PhaseTimer(self.progress.phase)
-        self.work = _work_dir(req.work_dir)
+        self.work = workdir.make(req.work_dir)
         self._pool = ThreadPoolExecutor(2)
         self._late: Future | None = None
         self._cuda: Future | None = None
@@ -111,6 +111,8 @@ class Restore:
         self.new_ips: list[str] = []
         #: the CRIU images to restore from (a private view of the artifact's)
         self.images: Path = self.work / "images"
+        #: the artifact's files but the pages, as they were hashed (copy_verified)
+        self.verified: Path = self.work / "verified"
         #: the network namespace the tree is restored into, when it had one of its own
         self.netns: str | None = None
         self.pid: int | None = None
@@ -151,20 +153,23 @@ class Restore:
             pages = [j for j in jobs if _PAGE_IMAGE.match(j.entry.path)]
             # the memory file is hashed as it is filled into the tree (memfill.py)
             self.memory = next((j.entry for j in jobs if j.entry.path == MEMORY_PAGES), None)
+            # everything but the pages is read once, into the work directory, and used from
+            # there: CRIU's core images, the memory index, the rootfs diff
             with self.timer.step("hash-core"):
-                problems = check_digests([j for j in jobs if j not in pages
+                problems = copy_verified([j for j in jobs if j not in pages
                                           and j.entry is not self.memory],
+                                         self.artifact, self.verified,
                                          manifest.file_digest)  # fmt: skip
             if problems:
                 raise VerificationError(problems)
             if self.memory is not None:
                 with self.timer.step("memory-index"):
-                    self.memory_index = _memory_index(self.artifact, self.memory.size)
+                    self.memory_index = _memory_index(self.verified, self.memory.size)
             if req.oci_spec is not None:
                 # on the verified core images, before the page hashing starts: its threads
                 # hold the GIL between chunks and slowed this Python work up to 14-fold
                 with self.timer.step("creds"):
-                    why = creds.check(creds.load(self.artifact / CRIU_DIR), req.oci_spec)
+                    why = creds.check(creds.load(self.verified / CRIU_DIR), req.oci_spec)
                 if why:
                     raise SnapshotError("the images ask for more privilege than the container's "
                                         "spec grants:\n  " + "\n  ".join(why))  # fmt: skip
@@ -182,10 +187,10 @@ class Restore:
                     raise IncompatibleError(reasons)
             self.host = host
             with step("stage"):
-                _stage_images(self.artifact / CRIU_DIR, self.work)
+                workdir.stage_images(self.artifact / CRIU_DIR, self.verified / CRIU_DIR, self.work)
             if req.rootfs is not None:
                 with step("rootfs"):
-                    apply_rootfs_diff(self.artifact, req.rootfs)
+                    apply_rootfs_diff(self.verified, req.rootfs)
             target_ns = netns_path(req.netns) if req.netns else "/proc/self/ns/net"
             if manifest.network.external_netns:
                 self.netns = target_ns
@@ -193,7 +198,7 @@ class Restore:
             mapping = rebind_map(manifest.network.pod_ips, self.new_ips)
             if mapping:
                 with step("rebind"):
-                    n = images.rebind(self.artifact / CRIU_DIR, self.images, mapping)
+                    n = images.rebind(self.verified / CRIU_DIR, self.images, mapping)
                 log.info("rebound %d socket address(es): %s", n, mapping)
             elif req.netns and not manifest.network.external_netns:
                 raise SnapshotError(
@@ -272,7 +277,7 @@ class Restore:
         with contextlib.suppress(OSError):
             mounts.unmount(str(self.images))
         if not self._ok:
-            _keep_log(self.work, self.req.log_dir)
+            workdir.keep_log(self.work, self.req.log_dir)
         shutil.rmtree(self.work, ignore_errors=True)
 
     def _driver(self) -> CudaDriver:
@@ -326,55 +331,11 @@ def _memory_index(artifact: Path, size: int) -> MemoryIndex:
     return index
 
 
-def _work_dir(path: Path | None) -> Path:
-    if path is None:
-        return Path(tempfile.mkdtemp(prefix="snapshot-restore-"))
-    mounts.remove_tree(path)  # what a restore of the same container that died left
-    path.mkdir(mode=0o700)
-    return path
-
-
-def _stage_images(src: Path, work: Path) -> Path:
-    """A private, writable view of the artifact's images: an overlay mount with the artifact
-    as its read-only lower layer. CRIU writes its stats there and rebinding replaces
-    files.img, without touching the artifact or copying it. The view holds real files, not
-    symlinks: runc's CRIU opens images after entering the container's root, where a symlink
-    to the artifact's host path would not resolve. Hard links are the fallback where overlay
-    is unavailable."""
-    view, upper, scratch = work / "images", work / "upper", work / "ovl-work"
-    for d in (view, upper, scratch):
-        d.mkdir(parents=True)
-    try:
-        layers = (("lowerdir", src), ("upperdir", upper), ("workdir", scratch))
-        opts = [mounts.overlay_option(k, d) for k, d in layers]
-        mounts.mount("overlay", "overlay", str(view), opts)
-    except OSError as e:
-        log.warning("overlay over %s failed (%s); linking the images instead", src, e)
-        for f in src.iterdir():
-            try:
-                os.link(f, view / f.name)
-            except OSError:
-                shutil.copyfile(f, view / f.name)
-    return view
-
-
 def _digest_of(artifact: Path) -> str:
     try:
         return manifest_digest(artifact)
     except OSError as e:
         return f"unreadable ({e.strerror})"
-
-
-def _keep_log(work: Path, log_dir: Path | None) -> None:
-    """A failed restore leaves nothing on the host but CRIU's log: copied to ``log_dir``
-    (the shim's per-container directory, removed with the container), or its tail logged."""
-    src = work / "restore.log"
-    with contextlib.suppress(OSError):
-        if log_dir is not None:
-            shutil.copyfile(src, log_dir / "criu-restore.log")
-        else:
-            tail = src.read_text(errors="replace").splitlines()[-40:]
-            log.error("CRIU log of the failed restore:\n%s", "\n".join(tail))
 
 
 def _open_cuda(artifact: Path) -> CudaDriver | None:
