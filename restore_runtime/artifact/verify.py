@@ -67,15 +67,16 @@ class HashJob:
 
 
 def plan(
-    artifact: Path, public_key: Ed25519PublicKey | None = None
+    artifact: Path, public_key: Ed25519PublicKey | None = None, raw: bytes | None = None
 ) -> tuple[Manifest | None, list[Problem], list[HashJob]]:
     """Every check that needs no hashing (manifest, signature, paths, presence, sizes,
-    extra files), plus the hash jobs left to run."""
+    extra files), plus the hash jobs left to run. ``raw``: the manifest's bytes as the
+    caller already read them (and checked their digest): read here otherwise."""
     artifact = artifact.absolute()
     if not artifact.is_dir():
         return None, [Problem(str(artifact), "missing", "artifact directory does not exist")], []
     try:
-        raw = (artifact / MANIFEST_NAME).read_bytes()
+        raw = (artifact / MANIFEST_NAME).read_bytes() if raw is None else raw
     except FileNotFoundError:
         return None, [Problem(MANIFEST_NAME, "missing", "no manifest.json")], []
     problems: list[Problem] = []

@@ -18,6 +18,7 @@ memory file as it is filled in. The tree continues only once every digest matche
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import re
 import shutil
@@ -32,14 +33,14 @@ if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
 
 
 from api.annotations import RestoreOutcome
-from api.manifest import CRIU_DIR, FileEntry, Manifest
+from api.manifest import CRIU_DIR, MANIFEST_NAME, FileEntry, Manifest
 from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
 from api.report import RestoreReport
 
 from .. import handshake, memfill, mounts, procs
 from ..artifact import binding
 from ..artifact.rootfs import apply_rootfs_diff
-from ..artifact.verify import check_digests, copy_verified, load_manifest, manifest_digest, plan
+from ..artifact.verify import check_digests, copy_verified, load_manifest, plan
 from ..compat import HostInfo, allocated_gpus, check, gpu_pairs, host_info
 from ..criu import creds, images, memfile, runner
 from ..cuda.driver import CudaDriver, proc_gpu_minors
@@ -138,14 +139,16 @@ class Restore:
             # Opening the CUDA driver (cuInit, ~0.2s) overlaps hashing and CRIU. The unverified
             # manifest only decides whether to open it; nothing else is taken from it.
             self._cuda = self._pool.submit(_open_cuda, self.artifact)
-            self.digest = _digest_of(self.artifact)
+            # read once: the digest admitted and the manifest planned are of the same bytes
+            raw = _read_manifest(self.artifact)
+            self.digest = "sha256:" + hashlib.sha256(raw).hexdigest() if raw else "unreadable"
             if bound:
                 binding.admitted(self.digest, req.admitted_digest)
             if req.require_signature and req.verify_key is None:
                 raise SnapshotError("signed artifacts are required, but no verify key is set "
                                     "(the node's SNAPSHOT_VERIFY_KEY)")  # fmt: skip
             with self.timer.step("plan"):  # manifest, signature, paths, sizes
-                manifest, problems, jobs = plan(self.artifact, req.verify_key)
+                manifest, problems, jobs = plan(self.artifact, req.verify_key, raw)
             if problems or manifest is None:
                 raise VerificationError(problems)
             if bound:
@@ -331,11 +334,11 @@ def _memory_index(artifact: Path, size: int) -> MemoryIndex:
     return index
 
 
-def _digest_of(artifact: Path) -> str:
+def _read_manifest(artifact: Path) -> bytes | None:
     try:
-        return manifest_digest(artifact)
-    except OSError as e:
-        return f"unreadable ({e.strerror})"
+        return (artifact / MANIFEST_NAME).read_bytes()
+    except OSError:
+        return None  # plan reports it
 
 
 def _open_cuda(artifact: Path) -> CudaDriver | None:
