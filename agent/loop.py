@@ -158,13 +158,6 @@ class Agent:
             if pod is not None:
                 await self.report_restore(pod)
 
-    async def pass_once(self) -> None:
-        """Every PodSnapshot and every pod of this node, once (tests, a manual resync)."""
-        for snap in await self.snapshots.list():
-            with kube.isolated(snap):
-                await self.reconcile_snapshot(snap)
-        await self.report_restores()
-
     async def reconcile_snapshot(self, snap: PodSnapshot) -> None:
         if snap.metadata.uid in self.running:
             return
@@ -192,12 +185,6 @@ class Agent:
         task = asyncio.ensure_future(run())
         self.running[uid] = task
         task.add_done_callback(lambda _: self.running.pop(uid, None))
-
-    async def drain(self) -> None:
-        """Wait for the checkpoints and pre-pulls in flight (tests, shutdown)."""
-        while self.running or self.pulling:
-            await asyncio.gather(*self.running.values(), *self.pulling.values(),
-                                 return_exceptions=True)  # fmt: skip
 
     async def _pre_pull(self, snap: PodSnapshot) -> None:
         if self._host is None:  # once: it runs criu --version and reads the GPU inventory
@@ -338,13 +325,6 @@ class Agent:
         except SnapshotError as e:  # never hold a deletion hostage to a registry outage
             await self._event(snap.to_api(), "Warning", "ArtifactNotDeleted", str(e))
         await asyncio.to_thread(self.cache.remove, digest)
-
-    async def report_restores(self) -> None:
-        pods = await self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={self.cfg.node}"
-        )
-        for pod in self.api.sanitize_for_serialization(pods)["items"]:
-            await self.report_restore(pod)
 
     async def report_restore(self, pod: dict[str, Any]) -> None:
         """The restore outcome of ``pod``, once its shim has written it (a later event of the

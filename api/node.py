@@ -1,6 +1,6 @@
 """The node's restore settings: where artifacts may come from and which key must have signed
 them. The installer writes them into the shim's wrapper as environment variables; the shim
-reads them back at each restore. One model, so the two cannot disagree on a name."""
+reads them back once, as it starts. One model, so the two cannot disagree on a name."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import DEFAULT_STORE_ROOT
+from .paths import CONTAINERD_STATE, DEFAULT_STORE_ROOT, RUNC_ROOT_BASE
 
 VERIFY_KEY_ENV = "SNAPSHOT_VERIFY_KEY"
 SIGNING_REQUIRED_ENV = "SNAPSHOT_SIGNING_REQUIRED"
@@ -19,6 +19,8 @@ OCI_AUTH_FILE_ENV = "SNAPSHOT_OCI_AUTH_FILE"
 OCI_CACHE_MAX_BYTES_ENV = "SNAPSHOT_OCI_CACHE_MAX_BYTES"
 OCI_PULL_TIMEOUT_ENV = "SNAPSHOT_OCI_PULL_TIMEOUT"
 FILL_THREADS_ENV = "SNAPSHOT_FILL_THREADS"
+STATE_DIR_ENV = "SNAPSHOT_SHIM_STATE_DIR"
+RUNC_ROOT_ENV = "SNAPSHOT_RUNC_ROOT"
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,10 @@ class NodeConfig:
     oci_pull_timeout_s: float = 90.0
     #: threads that fill a restore's memory file into the tree; None: min(CPUs, 16)
     fill_threads: int | None = None
+    #: containerd's state directory (the shim keeps its sockets and state under it) and the
+    #: root of runc's state, one directory per containerd namespace below it
+    state_dir: Path = CONTAINERD_STATE
+    runc_root: Path = RUNC_ROOT_BASE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> NodeConfig:
@@ -57,6 +63,8 @@ class NodeConfig:
             oci_cache_max_bytes=int(env.get(OCI_CACHE_MAX_BYTES_ENV) or cls.oci_cache_max_bytes),
             oci_pull_timeout_s=float(env.get(OCI_PULL_TIMEOUT_ENV) or cls.oci_pull_timeout_s),
             fill_threads=fill if fill > 0 else None,
+            state_dir=Path(env.get(STATE_DIR_ENV) or CONTAINERD_STATE),
+            runc_root=Path(env.get(RUNC_ROOT_ENV) or RUNC_ROOT_BASE),
         )
 
     def to_env(self) -> dict[str, str]:
@@ -73,4 +81,8 @@ class NodeConfig:
         env[OCI_PULL_TIMEOUT_ENV] = str(self.oci_pull_timeout_s)
         if self.fill_threads:
             env[FILL_THREADS_ENV] = str(self.fill_threads)
+        if self.state_dir != CONTAINERD_STATE:
+            env[STATE_DIR_ENV] = str(self.state_dir)
+        if self.runc_root != RUNC_ROOT_BASE:
+            env[RUNC_ROOT_ENV] = str(self.runc_root)
         return env

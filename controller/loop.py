@@ -1,7 +1,7 @@
 """The controller's I/O: read a PodSnapshot or SnapshotJob with what it refers to, ask the
 pure reconcilers what to do, do it. Running, it reconciles per object as watch events come
-(``reconcile_key`` through kubeclient.workqueue, retried per object with backoff);
-``reconcile_all`` is one pass over every object (tests, and a manual resync)."""
+(``reconcile_key`` through kubeclient.workqueue, retried per object with backoff), and
+every object again at each resync."""
 
 from __future__ import annotations
 
@@ -71,24 +71,6 @@ class Controller:
             ok = True
         finally:
             self.metrics.reconciles.labels(kind, "ok" if ok else "error").inc()
-
-    async def reconcile_all(self) -> None:
-        with self.metrics.pass_seconds.time():
-            jobs_ = await self.jobs.list()
-            self.metrics.objects.labels("SnapshotJob").set(len(jobs_))
-            for job in jobs_:
-                await self._counted(job, self.reconcile_job(job))
-            snaps = await self.snapshots.list()
-            self.metrics.objects.labels("PodSnapshot").set(len(snaps))
-            for snap in snaps:
-                await self._counted(snap, self.reconcile_snapshot(snap))
-
-    async def _counted(self, obj: PodSnapshot | SnapshotJob, work) -> None:
-        ok = False
-        with kube.isolated(obj):
-            await work
-            ok = True
-        self.metrics.reconciles.labels(obj.kind, "ok" if ok else "error").inc()
 
     async def reconcile_snapshot(self, snap: PodSnapshot) -> None:
         pod = None

@@ -1,10 +1,10 @@
-"""The controller's Prometheus metrics: reconciles by kind and result, how long a pass takes,
-how many objects a pass saw, the work queue's depth, whether it leads; its API requests are
-counted by the client (``kubeclient.api.count_requests``)."""
+"""The controller's Prometheus metrics: reconciles by kind and result, the work queue's depth,
+whether it leads; its API requests are counted by the client
+(``kubeclient.api.count_requests``)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 
 class ControllerMetrics:
@@ -13,14 +13,6 @@ class ControllerMetrics:
         self.reconciles = Counter(
             "snapshot_controller_reconciles", "Reconciles, by kind and result (ok, error)",
             ["kind", "result"], registry=r,
-        )  # fmt: skip
-        self.pass_seconds = Histogram(
-            "snapshot_controller_pass_seconds", "Duration of one pass over every object",
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r,
-        )  # fmt: skip
-        self.objects = Gauge(
-            "snapshot_controller_objects", "Objects seen by the last pass, by kind", ["kind"],
-            registry=r,
         )  # fmt: skip
         self.queue_depth = Gauge(
             "snapshot_controller_queue_depth", "Objects waiting in the work queue", registry=r

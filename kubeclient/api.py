@@ -83,12 +83,6 @@ class CustomResources(Generic[M]):
         return Source(self._plural, self._objs.list_cluster_custom_object,
                       (crd.GROUP, crd.VERSION, self._plural))  # fmt: skip
 
-    async def list(self) -> list[M]:
-        """Every object in the cluster; one that does not parse is logged and skipped, so that
-        a bad object cannot stop the others from being reconciled."""
-        objs = await self._objs.list_cluster_custom_object(crd.GROUP, crd.VERSION, self._plural)
-        return [m for o in objs.get("items", []) if (m := self.parse(o)) is not None]
-
     def parse(self, obj: dict) -> M | None:
         """The object as its model; None (logged) when it does not parse."""
         try:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from api.paths import RUNC_ROOT_BASE
+from api.node import NodeConfig
 
 from . import VERSION
 
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("shim")
 SANDBOX_ID = "io.kubernetes.cri.sandbox-id"
-STATE_DIR = Path(os.environ.get("SNAPSHOT_SHIM_STATE_DIR", "/run/containerd"))
-RUNC_ROOT = Path(os.environ.get("SNAPSHOT_RUNC_ROOT", str(RUNC_ROOT_BASE)))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -71,9 +69,9 @@ def grouping_id(bundle: Path, id_: str) -> str:
     return (spec.get("annotations") or {}).get(SANDBOX_ID) or id_
 
 
-def socket_path(address: str, namespace: str, group: str) -> Path:
+def socket_path(state_dir: Path, address: str, namespace: str, group: str) -> Path:
     digest = hashlib.sha256(os.path.join(address, namespace, group).encode()).hexdigest()
-    return STATE_DIR / "s" / digest
+    return state_dir / "s" / digest
 
 
 def _connectable(path: Path) -> bool:
@@ -85,9 +83,9 @@ def _connectable(path: Path) -> bool:
     return True
 
 
-def cmd_start(args: argparse.Namespace) -> int:
+def cmd_start(args: argparse.Namespace, node: NodeConfig) -> int:
     bundle = Path.cwd()
-    path = socket_path(args.address, args.namespace, grouping_id(bundle, args.id))
+    path = socket_path(node.state_dir, args.address, args.namespace, grouping_id(bundle, args.id))
     address = f"unix://{path}"
     if path.exists() and _connectable(path):
         (bundle / "address").write_text(address)
@@ -106,7 +104,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     # path of every restore. Nothing here has started a thread, so the fork is safe.
     child = os.fork()
     if child == 0:
-        _serve_forked(args, listener)
+        _serve_forked(args, node, listener)
     (bundle / "shim.pid").write_text(str(child))
     (bundle / "address").write_text(address)
     print(address, end="")
@@ -121,7 +119,8 @@ def _name_process(name: bytes) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(15, name, 0, 0, 0)  # PR_SET_NAME
 
 
-def _serve_forked(args: argparse.Namespace, listener: socket.socket) -> NoReturn:
+def _serve_forked(args: argparse.Namespace, node: NodeConfig,
+                  listener: socket.socket) -> NoReturn:  # fmt: skip
     """The forked server: a session of its own, and none of ``start``'s descriptors but the
     listener (containerd reads ``start``'s stdout until every writer has closed it)."""
     code = 1
@@ -136,13 +135,13 @@ def _serve_forked(args: argparse.Namespace, listener: socket.socket) -> NoReturn
         os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
         import asyncio
 
-        asyncio.run(serve(args, listener))
+        asyncio.run(serve(args, node, listener))
         code = 0
     finally:
         os._exit(code)
 
 
-def cmd_delete(args: argparse.Namespace) -> int:
+def cmd_delete(args: argparse.Namespace, node: NodeConfig) -> int:
     """Called by containerd when the shim is gone: force-delete the container, unmount its
     rootfs, and report it killed."""
     from .process.state_dir import remove_container_state
@@ -150,7 +149,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     from .task.events import timestamp
 
     bundle = Path(args.bundle) if args.bundle else Path.cwd()
-    root = RUNC_ROOT / args.namespace
+    root = node.runc_root / args.namespace
     # a runc restore the dead shim started can never finish without it (seen: runc and CRIU
     # waiting on each other for good, the restored tree stuck in CRIU's restorer): end it,
     # its CRIU and what CRIU restored so far, before the container is deleted
@@ -159,7 +158,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
                    capture_output=True, check=False)  # fmt: skip
     subprocess.run(["umount", "-l", str(bundle / "rootfs")], capture_output=True, check=False)
     # a restore the dead shim was running leaves its work directory and images view there
-    remove_container_state(STATE_DIR / "snapshot-shim" / args.namespace, args.id)
+    remove_container_state(node.state_dir / "snapshot-shim" / args.namespace, args.id)
     resp = shim_pb2.DeleteResponse(exit_status=128 + signal.SIGKILL)
     resp.exited_at.CopyFrom(timestamp(time.time()))
     sys.stdout.buffer.write(resp.SerializeToString())
@@ -219,10 +218,10 @@ def dump_stacks() -> None:
             handler.stream.flush()
 
 
-async def serve(args: argparse.Namespace, sock: socket.socket | None = None) -> None:
+async def serve(args: argparse.Namespace, node: NodeConfig,
+                sock: socket.socket | None = None) -> None:  # fmt: skip
     import asyncio
 
-    from api.node import NodeConfig
     from restore_runtime.runc import Runc
 
     from .reaper import Reaper, become_subreaper
@@ -230,7 +229,7 @@ async def serve(args: argparse.Namespace, sock: socket.socket | None = None) -> 
     from .task.service import SERVICE, TaskService
     from .ttrpc.server import serve_unix
 
-    workdir = STATE_DIR / "snapshot-shim" / args.namespace
+    workdir = node.state_dir / "snapshot-shim" / args.namespace
     workdir.mkdir(parents=True, exist_ok=True)
     # kept beside the runc logs, outside the bundle that containerd removes on delete
     _setup_logging(workdir / f"shim-{args.id}.log", args.debug)
@@ -240,11 +239,10 @@ async def serve(args: argparse.Namespace, sock: socket.socket | None = None) -> 
     ttrpc_address = os.environ.get("TTRPC_ADDRESS") or f"{args.address}.ttrpc"
     publisher = Publisher(ttrpc_address, args.namespace)
     publisher.start()
-    runc = Runc(root=RUNC_ROOT / args.namespace, log_dir=workdir, runner=reaper)
+    runc = Runc(root=node.runc_root / args.namespace, log_dir=workdir, runner=reaper)
     stop = asyncio.Event()
     # the node's settings, parsed once: every restore this shim serves uses them
-    service = TaskService(runc, reaper, publisher, workdir, NodeConfig.from_env(),
-                          on_empty=stop.set)  # fmt: skip
+    service = TaskService(runc, reaper, publisher, workdir, node, on_empty=stop.set)
     if sock is None:  # started as ``serve`` by hand: the listener is descriptor 3
         sock = socket.socket(fileno=3)
     server = await serve_unix(service.handlers(), sock=sock)
@@ -300,16 +298,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.action == "start":
         os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # see serve below
-        return cmd_start(args)
+        return cmd_start(args, NodeConfig.from_env())
     if args.action == "delete":
-        return cmd_delete(args)
+        return cmd_delete(args, NodeConfig.from_env())
     # pydantic looks for plugins in every installed distribution's metadata when the
     # engine's models load (10 ms of a restore's path): the shim uses none
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     if args.action == "serve":
         import asyncio
 
-        asyncio.run(serve(args))
+        asyncio.run(serve(args, NodeConfig.from_env()))
         return 0
     print(f"unknown action {args.action!r}", file=sys.stderr)
     return 2

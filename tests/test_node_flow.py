@@ -32,6 +32,7 @@ from tests.admission_policy import installed_policy
 from tests.conftest import requires_containerd
 from tests.controller.objects import conditions
 from tests.helpers import ROOT, ask
+from tests.kube_support import resync, settle
 from tests.webhook.conftest import chart_webhook_registered
 
 pytestmark = [
@@ -165,15 +166,15 @@ async def test_an_agent_checkpoints_only_its_nodes_pods_own_containers(
         assert r.status_code == 201, r.text
     async with await kube.api_client(str(control_plane.kubeconfig)) as client:
         controller = Controller(client)
-        await controller.reconcile_all()
-        await controller.reconcile_all()
+        await resync(controller)
+        await resync(controller)
         r = api.patch(f"{snap_url}/steal-elsewhere/status",
                       headers={"Content-Type": "application/merge-patch+json"},
                       json={"status": {"source": {"nodeName": NODE}}})  # fmt: skip
         assert r.status_code == 200, r.text
         agent = node_agent(client, containerd, kubelet)
-        await agent.pass_once()
-        await agent.drain()
+        await resync(agent)
+        await settle(agent)
     for name, why in (("forger", "sandbox-name 'victim' (want 'forger')"),
                       ("elsewhere", "runs on node 'node-b'")):  # fmt: skip
         snap = api.get(f"{snap_url}/steal-{name}").json()
@@ -241,12 +242,12 @@ async def _flow(control_plane, containerd, kubelet, tmp_path, sfx, settings, reg
     async with await kube.api_client(str(control_plane.kubeconfig)) as client:
         controller = Controller(client)
         agent = node_agent(client, containerd, kubelet, **settings)
-        await controller.reconcile_all()
-        await controller.reconcile_all()
+        await resync(controller)
+        await resync(controller)
         pending = conditions(api.get(f"{snap_url}/warm{sfx}").json())["Ready"]
         assert pending == ("False", "CheckpointPending")
-        await agent.pass_once()
-        await agent.drain()
+        await resync(agent)
+        await settle(agent)
         snap = api.get(f"{snap_url}/warm{sfx}").json()
         assert conditions(snap)["Ready"] == ("True", "Captured"), snap["status"]
         artifact = snap["status"]["artifact"]
@@ -285,7 +286,7 @@ async def _flow(control_plane, containerd, kubelet, tmp_path, sfx, settings, reg
         assert after["addr"] == f"{ip_b}:{PORT}"
 
         # ... and the agent reports how the restore went.
-        await agent.pass_once()
+        await resync(agent)
         stored = api.get(f"/api/v1/namespaces/{kubelet.ns}/pods/replica{sfx}").json()
         restored = next(c for c in stored["status"]["conditions"]
                         if c["type"] == ann.RESTORED_CONDITION)  # fmt: skip
@@ -304,8 +305,8 @@ async def _flow(control_plane, containerd, kubelet, tmp_path, sfx, settings, reg
             agent.cache.remove(artifact["manifestDigest"])
             other = Agent(client, AgentConfig(node="node-other", store=containerd.store,
                                               pre_pull=True, **settings))  # fmt: skip
-            await other.pass_once()
-            await other.drain()
+            await resync(other)
+            await settle(other)
             assert agent.cache.entry(artifact["manifestDigest"]).is_dir()
             assert other.metrics.registry.get_sample_value(
                 "snapshot_agent_pre_pulls_total", {"result": "pulled"}) == 1  # fmt: skip
@@ -313,8 +314,8 @@ async def _flow(control_plane, containerd, kubelet, tmp_path, sfx, settings, reg
         # Deleting the PodSnapshot deletes its artifact, then the object.
         artifact_dir = artifact["uri"].removeprefix("file://")
         assert api.delete(f"{snap_url}/warm{sfx}").status_code == 200
-        await controller.reconcile_all()
-        await agent.pass_once()
+        await resync(controller)
+        await resync(agent)
         assert api.get(f"{snap_url}/warm{sfx}").status_code == 404
         if reg is None:
             assert not Path(artifact_dir).exists()
@@ -343,15 +344,15 @@ async def test_cpu_example_snapshot_job_to_restored_replica(
     async with await kube.api_client(str(control_plane.kubeconfig)) as client:
         controller = Controller(client)
         agent = node_agent(client, containerd, kubelet)
-        await controller.reconcile_all()  # creates the source pod
+        await resync(controller)  # creates the source pod
         source = api.get(f"/api/v1/namespaces/{kubelet.ns}/pods/cpu-demo-source").json()
         sandbox, _ = kubelet.start(source, demo)
         reference = ask(kubelet.crictl.pod_ip(sandbox), PORT)["digest"]
-        await controller.reconcile_all()  # the source is Ready: creates the PodSnapshot
-        await controller.reconcile_all()  # hands it to the node
-        await agent.pass_once()  # quiesce handshake with the workload, then the dump
-        await agent.drain()
-        await controller.reconcile_all()  # Captured: completes the job
+        await resync(controller)  # the source is Ready: creates the PodSnapshot
+        await resync(controller)  # hands it to the node
+        await resync(agent)  # quiesce handshake with the workload, then the dump
+        await settle(agent)
+        await resync(controller)  # Captured: completes the job
         job = api.get(
             f"/apis/nvidia.com/v1alpha1/namespaces/{kubelet.ns}/snapshotjobs/cpu-demo"
         ).json()
@@ -374,7 +375,7 @@ async def test_cpu_example_snapshot_job_to_restored_replica(
         assert r.json()["spec"]["runtimeClassName"] == "snapshot"
         sandbox_b, _ = kubelet.start(r.json(), demo)
         assert ask(kubelet.crictl.pod_ip(sandbox_b), PORT)["digest"] == reference
-        await agent.pass_once()
+        await resync(agent)
         stored = api.get(f"/api/v1/namespaces/{kubelet.ns}/pods/cpu-demo-replica").json()
         restored = next(c for c in stored["status"]["conditions"]
                         if c["type"] == ann.RESTORED_CONDITION)  # fmt: skip

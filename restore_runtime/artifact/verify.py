@@ -212,15 +212,3 @@ def verify(
     if manifest is None:
         return manifest, problems
     return manifest, problems + check_digests(jobs, manifest.file_digest, workers, progress)
-
-
-def verify_or_raise(
-    artifact: Path,
-    public_key: Ed25519PublicKey | None = None,
-    workers: int | None = None,
-    progress: ProgressFn | None = None,
-) -> Manifest:
-    manifest, problems = verify(artifact, public_key, workers, progress)
-    if problems or manifest is None:
-        raise VerificationError(problems)
-    return manifest

@@ -50,27 +50,6 @@ def load_files(images_dir: Path) -> dict:
         return images.load(f)
 
 
-def inet_sockets(images_dir: Path) -> list[dict]:
-    """The inet sockets of a dump, decoded: family, state, src/dst address and port."""
-    out = []
-    for e in load_files(images_dir)["entries"]:
-        isk = e.get("isk")
-        if not isk or isk.get("family") not in (AF_INET, AF_INET6):
-            continue
-        fam = isk["family"]
-        out.append(
-            {
-                "family": fam,
-                "state": isk.get("state"),
-                "src": decode_addr(isk.get("src_addr", [0]), fam),
-                "src_port": isk.get("src_port"),
-                "dst": decode_addr(isk.get("dst_addr", [0]), fam),
-                "dst_port": isk.get("dst_port"),
-            }
-        )
-    return out
-
-
 def rebind(images_dir: Path, out_dir: Path, mapping: dict[str, str]) -> int:
     """Write ``out_dir/files.img`` with every socket address in ``mapping`` (old -> new IP)
     rewritten; return how many addresses changed. The source images are not modified."""

@@ -23,7 +23,10 @@ def test_every_flag_the_chart_passes_reaches_the_agent_config():
     assert cfg.oci_repository == OciRef.parse("oci://registry.internal:5000/snaps")
     assert cfg.pre_pull and cfg.registry.plain_http == frozenset({"registry.internal:5000"})
     assert cfg.registry.auth_file == Path("/oci-auth/.dockerconfigjson")
-    assert cfg.sign_key == Path("/keys/private.pem")
+    assert cfg.sign_key is None, "no key on the node: the signer signs"
+    assert cfg.signer is not None and cfg.signer.url.endswith("-signer.snapshot-system.svc")
+    assert cfg.signer.ca == Path("/signer-ca/ca.crt")
+    assert cfg.signer.token == Path("/var/run/secrets/snapshot-signer/token")
     (init,) = spec["initContainers"]
     parsed = cli._parser().parse_args([*init["command"][1:], *init["args"]])
     assert parsed.cmd == "install-node" and parsed.oci_plain_http == "registry.internal:5000"

@@ -19,7 +19,7 @@ import pytest
 from api.manifest import MANIFEST_NAME, Compat, Manifest, Source
 from restore_runtime.artifact import signing
 from restore_runtime.artifact.pack import Staging, describe_files, write_manifest
-from restore_runtime.artifact.verify import unsafe_path, verify, verify_or_raise
+from restore_runtime.artifact.verify import unsafe_path, verify
 from restore_runtime.errors import ArtifactExists, VerificationError
 from tests.helpers import snapshotctl
 
@@ -263,3 +263,10 @@ def test_cli_verify_and_inspect(tmp_path):
     assert info["format"] == "snapshot.artifact/v1"
     assert info["sizeBytes"] == 5 * CHUNK + 17 + 4 + 30
     assert "x86_64, kernel 6.18.1, CRIU 4.2.1" in snapshotctl("inspect", str(art)).stdout
+
+
+def verify_or_raise(art):
+    manifest, problems = verify(art)
+    if problems or manifest is None:
+        raise VerificationError(problems)
+    return manifest

@@ -8,6 +8,7 @@ address codec round-trips, and rebinding never edits the artifact itself.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import uuid
 
@@ -72,7 +73,7 @@ def test_server_moves_from_address_a_to_b(tmp_path, two_namespaces, cleanup_pids
     assert reply["addr"] == f"{B}:{port}", "listening socket came back on the new address"
     assert reply["count"] == "3", "in-memory state survived the move"
     # the artifact still records A and still verifies: rebinding worked on a private copy
-    sockets = images.inet_sockets(art / "criu")
+    sockets = inet_sockets(art / "criu")
     assert any(s["src"] == A and s["src_port"] == port for s in sockets)
 
 
@@ -91,3 +92,16 @@ def test_rebind_map_pairs_per_family():
     }
     assert rebind_map(["10.0.0.1"], ["10.0.0.1"]) == {}
     assert rebind_map(["10.0.0.1"], []) == {}
+
+
+def inet_sockets(images_dir) -> list[dict]:
+    """The inet sockets of a dump, decoded: family, src address and port."""
+    out = []
+    for e in images.load_files(images_dir)["entries"]:
+        isk = e.get("isk")
+        if not isk or isk.get("family") not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        fam = isk["family"]
+        out.append({"src": images.decode_addr(isk.get("src_addr", [0]), fam),
+                    "src_port": isk.get("src_port")})  # fmt: skip
+    return out
