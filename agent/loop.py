@@ -248,6 +248,7 @@ class Agent:
             leave_running=snap.spec.keep_source_running,
             control_dir=control if control.is_dir() else None,
             handshake_timeout_s=self.cfg.handshake_timeout_s,
+            quiesce=snap.spec.quiesce,
             signer=signer,
             pod=name, namespace=ns, container=snap.container,
             pod_snapshot=snap.metadata.name, pod_snapshot_uid=snap.metadata.uid or None,

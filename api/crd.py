@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from .manifest import GpuInfo
+from .quiesce import Quiesce
 
 GROUP = "nvidia.com"
 VERSION = "v1alpha1"
@@ -101,6 +102,8 @@ class SnapshotSource(_Model):
 class PodSnapshotSpec(_Model):
     source: SnapshotSource
     keep_source_running: bool = False
+    #: how the source is quiesced before its dump (api/quiesce.py); the handshake by default
+    quiesce: Quiesce = Field(default_factory=Quiesce)
 
 
 class ArtifactRef(_Model):
@@ -195,6 +198,7 @@ class PodSnapshot(_Model):
 
 class PodSnapshotTemplate(_Model):
     target_containers: list[str] = Field(default_factory=lambda: ["main"])
+    quiesce: Quiesce = Field(default_factory=Quiesce)
 
 
 class SnapshotJobSpec(_Model):

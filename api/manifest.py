@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
+from .quiesce import Quiesce
+
 FORMAT = "snapshot.artifact/v1"
 MANIFEST_NAME = "manifest.json"
 SIGNATURE_NAME = "manifest.sig"
@@ -116,6 +118,8 @@ class Manifest(_Model):
     file_digest: FileDigest = Field(default=FILE_DIGEST, alias="fileDigest")
     files: list[FileEntry]
     #: seconds per checkpoint phase (setup, quiesce, cuda, criu, pack, total, unaccounted)
+    #: how the source was quiesced, so how a restore wakes it (None: the handshake files)
+    quiesce: Quiesce | None = None
     timings: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="before")

@@ -96,7 +96,8 @@ def pod_snapshot(job: SnapshotJob, pod: dict[str, Any]) -> PodSnapshot:
             source=SnapshotSource(
                 pod_ref=PodRef(name=pod["metadata"]["name"], uid=pod["metadata"].get("uid")),
                 containers=list(job.spec.pod_snapshot_template.target_containers),
-            )
+            ),
+            quiesce=job.spec.pod_snapshot_template.quiesce,
         ),
     )
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from api.annotations import RestoreOutcome
 from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S
 from api.paths import DEFAULT_RUNC_ROOT
+from api.quiesce import Engine, Quiesce
 from api.report import RestoreReport
 
 from . import handshake
@@ -47,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--control-dir", type=Path, help="run the workload handshake here first")
     c.add_argument("--handshake-timeout", type=float, default=DEFAULT_HANDSHAKE_TIMEOUT_S,
                    metavar="S")  # fmt: skip
+    c.add_argument("--quiesce", choices=[e.value for e in Engine], default=None,
+                   help="quiesce through this engine's own HTTP API on the source's loopback "
+                        "(vllm, sglang, tensorrt-llm), not at all (none), or the handshake "
+                        "(with --control-dir); a restore wakes it the same way")  # fmt: skip
+    c.add_argument("--quiesce-port", type=int, help="the engine's port (default: its own)")
     c.add_argument("--namespace", help="the source pod's namespace: only pods of that "
                    "namespace may restore the artifact through the shim")  # fmt: skip
     c.add_argument("--pod-snapshot", help="the PodSnapshot it is made for (recorded)")
@@ -121,6 +127,13 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
             signer=signer,
             control_dir=args.control_dir,
             handshake_timeout_s=args.handshake_timeout,
+            quiesce=Quiesce(
+                engine=args.quiesce,
+                port=args.quiesce_port,
+                timeoutSeconds=int(args.handshake_timeout),
+            )
+            if args.quiesce
+            else None,
             namespace=args.namespace,
             pod_snapshot=args.pod_snapshot,
             keep_zero_pages=args.keep_zero_pages,

@@ -12,6 +12,10 @@ path), and writes the pod status back through pods/status."""
 from __future__ import annotations
 
 import contextlib
+import json
+import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,6 +50,10 @@ NODE = "node-e2e"
 IMAGE = "localhost/snapshot/busybox:1"
 PORT = 8080
 COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)
+#: a stand-in for vLLM's server (not vLLM: its sleep-mode endpoints and their answers), on
+#: every address of the pod: the agent and the shim call it on the pod's loopback
+STANDIN_VLLM = ["sh", "-c", f"cd {ROOT} && exec {workloads.VENV_PYTHON} "
+                f"tests/workloads/standin_vllm.py 0.0.0.0 {PORT}"]  # fmt: skip
 
 
 def snaps(ns: str) -> str:
@@ -59,10 +67,12 @@ class Kubelet:
         self.api, self.crictl, self.root, self.ns = api, crictl, root, ns
         self.sandboxes: list[str] = []
 
-    def start(self, pod: dict, command: list[str] = COUNTER) -> tuple[str, str]:
+    def start(self, pod: dict, command: list[str] = COUNTER,
+              ready: Callable[[str], object] | None = None) -> tuple[str, str]:  # fmt: skip
         """Runs an API pod through CRI (busybox with the host's Python mounted stands in for
-        its image; `command` for its command), reports it Running, and Ready once its port
-        answers, as a tcpSocket readiness probe would. Returns (sandbox id, container id)."""
+        its image; `command` for its command), reports it Running, and Ready once ``ready``
+        (pod IP) passes, by default once its port answers, as a tcpSocket readiness probe
+        would. Returns (sandbox id, container id)."""
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
         r = self.api.post(f"/api/v1/namespaces/{self.ns}/pods/{name}/binding", json={
             "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
@@ -84,7 +94,7 @@ class Kubelet:
         ctr = self.crictl.create(sandbox, cfg, spec_ctr["name"], IMAGE, command, mounts, env)
         self.crictl.run("start", ctr)
         ip = self.crictl.pod_ip(sandbox)
-        ask(ip, PORT, timeout=120)  # the readiness probe
+        (ready or (lambda ip: ask(ip, PORT, timeout=120)))(ip)  # the readiness probe
         status = {
             "phase": "Running",
             "podIP": ip,
@@ -380,3 +390,64 @@ async def test_cpu_example_snapshot_job_to_restored_replica(
         restored = next(c for c in stored["status"]["conditions"]
                         if c["type"] == ann.RESTORED_CONDITION)  # fmt: skip
         assert (restored["status"], restored["reason"]) == ("True", "RestoreSucceeded")
+
+
+def generate(ip: str, timeout: float = 120.0) -> dict:
+    """The stand-in's stateful answer, once it serves (it does not while asleep)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://{ip}:{PORT}/generate", timeout=5) as r:
+                return json.loads(r.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+async def test_a_stock_vllm_sleeps_for_its_checkpoint_and_wakes_restored_with_no_adapter(
+    control_plane, containerd, kubelet, tmp_path
+):
+    """Issue 22: a PodSnapshot with ``quiesce.engine: vllm``. The pod runs the engine alone
+    (a stand-in for vLLM's server, not vLLM: nothing of ours, no adapter, no handshake). The
+    agent puts it to sleep through its API on the pod's loopback and checkpoints it; the
+    replica's shim wakes it the same way once restored, and the restore reports the wake."""
+    api, ns = kubelet.api, kubelet.ns
+    src = api.post(f"/api/v1/namespaces/{ns}/pods", json={
+        "metadata": {"name": "vllm-src"},
+        "spec": {"containers": [{"name": "main", "image": IMAGE}]}}).json()  # fmt: skip
+    sandbox_a, _ = kubelet.start(src, STANDIN_VLLM, ready=generate)
+    before = generate(kubelet.crictl.pod_ip(sandbox_a))
+    spec = {
+        "source": {"podRef": {"name": "vllm-src"}, "containers": ["main"]},
+        "quiesce": {"engine": "vllm", "port": PORT},
+    }
+    r = api.post(snaps(ns), json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
+                                  "metadata": {"name": "vllm-warm"}, "spec": spec})  # fmt: skip
+    assert r.status_code == 201, r.text
+    async with await kube.api_client(str(control_plane.kubeconfig)) as client:
+        controller, agent = Controller(client), node_agent(client, containerd, kubelet)
+        await resync(controller)
+        await resync(controller)
+        await resync(agent)
+        await settle(agent)
+        snap = api.get(f"{snaps(ns)}/vllm-warm").json()
+        assert conditions(snap)["Ready"] == ("True", "Captured"), snap["status"]
+        with (
+            webhook_process(tmp_path, control_plane.kubeconfig) as w,
+            chart_webhook_registered(control_plane, w, "snapshot-vllm"),
+        ):
+            replica = api.post(f"/api/v1/namespaces/{ns}/pods", json={
+                "metadata": {"name": "vllm-replica",
+                             "annotations": {ann.RESTORE_FROM: "vllm-warm"}},
+                "spec": {"containers": [{"name": "main", "image": IMAGE}]}}).json()  # fmt: skip
+        sandbox_b, _ = kubelet.start(replica, STANDIN_VLLM, ready=generate)
+        after = generate(kubelet.crictl.pod_ip(sandbox_b))
+        # awake (it serves), with the source's memory: the count carried over
+        assert after["digest"] == before["digest"] and after["count"] > before["count"]
+        await resync(agent)
+        stored = api.get(f"/api/v1/namespaces/{ns}/pods/vllm-replica").json()
+        restored = next(c for c in stored["status"]["conditions"]
+                        if c["type"] == ann.RESTORED_CONDITION)  # fmt: skip
+        assert (restored["status"], restored["reason"]) == ("True", "RestoreSucceeded")
+        assert "wake" in restored["message"], restored["message"]

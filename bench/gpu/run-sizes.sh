@@ -11,6 +11,9 @@
 #     PROOF_FLAGS="--sparse-trial --thp-trial" bash bench/gpu/run-sizes.sh 1.3b
 #       # also N replicas at once on one GPU, and a restore with huge pages 'always'; the raw
 #       # path with and without zero pages in the image
+#   SHIM_ONLY=1 SHIM_FLAGS="--quiesce vllm" bash bench/gpu/run-sizes.sh 1.3b
+#       # the worker quiesced and woken through vLLM's sleep-mode API (the vllm engine
+#       # profile: no handshake, no adapter); the restore report times the wake
 set -uo pipefail
 eval "$(bash bench/gpu/setup-device.sh | tail -1)"
 mkdir -p /opt/node

@@ -135,14 +135,17 @@ def run_args(
     return args
 
 
-def checkpoint(node: Containerd, container: str, ctl: Path) -> tuple[Path, dict]:
-    """As the node agent does: into the node's store, signed, bound to a namespace."""
+def checkpoint(node: Containerd, container: str, ctl: Path,
+               quiesce: list[str] | None = None) -> tuple[Path, dict]:  # fmt: skip
+    """As the node agent does: into the node's store, signed, bound to a namespace; quiesced
+    through the handshake in ``ctl``, or ``quiesce`` (snapshotctl's --quiesce options)."""
     art = node.store / NAMESPACE / f"proof-{uuid.uuid4().hex[:6]}"
     art.parent.mkdir(parents=True, exist_ok=True)
     ck = subprocess.run(
         [sys.executable, "-m", "restore_runtime.cli", "--verbose", "checkpoint",
          "--container", container, "--runc-root", str(RUNC_ROOT), "--output", str(art),
-         "--control-dir", str(ctl), "--sign-key", str(node.sign_key), "--namespace", NAMESPACE,
+         *(quiesce or ["--control-dir", str(ctl)]), "--sign-key", str(node.sign_key),
+         "--namespace", NAMESPACE,
          "--json"],
         capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
@@ -325,6 +328,9 @@ def main() -> int:
         default=240.0,
         help="seconds to wait for the source's first answer (its output: src.log)",
     )
+    ap.add_argument("--quiesce", choices=["handshake", "vllm"], default="handshake",
+                    help="vllm: the worker serves vLLM's sleep-mode API on PORT+1, and "
+                         "the checkpoint and the shim quiesce and wake it there")  # fmt: skip
     ap.add_argument(
         "--smoke",
         action="store_true",
@@ -339,12 +345,17 @@ def main() -> int:
     if args.smoke:
         worker = [sys.executable, str(ROOT / "tests" / "workloads" / "counter_server.py"),
                   "0.0.0.0", str(args.port)]  # fmt: skip
+    profile = None
+    if args.quiesce == "vllm":
+        worker += ["--api-port", str(args.port + 1)]
+        profile = ["--quiesce", "vllm", "--quiesce-port", str(args.port + 1)]
     # on tmpfs: overlayfs snapshots work there even when / is itself an overlay
     node = Containerd(Path(f"/dev/shm/snapshot-gpu-{uuid.uuid4().hex[:6]}"),
                       bin_dirs=[str(shim_bin(work))])  # fmt: skip
     model = {"layers": args.layers, "width": args.width, "heads": args.heads,
              "kv_gb": args.kv_gb, "params": gpt_params(args.layers, args.width)}  # fmt: skip
     res: dict = {"command": " ".join(sys.argv), "machine": platform.node(), "ok": False,
+                 "quiesce": args.quiesce,
                  "model": "counter (CPU smoke run)" if args.smoke else model}  # fmt: skip
     ctl_a = work / "ctl-a"
     args.out.mkdir(parents=True, exist_ok=True)
@@ -361,7 +372,7 @@ def main() -> int:
         res["cold_start_s"] = round(cold_s, 3)
 
         t0 = time.monotonic()
-        art, ck = checkpoint(node, SRC, ctl_a)
+        art, ck = checkpoint(node, SRC, ctl_a, profile)
         res["checkpoint"] = {
             "seconds": round(time.monotonic() - t0, 3),
             "phases": ck["timings"],

@@ -7,14 +7,21 @@ is correct when its digest equals the one the source produced before its checkpo
 inference server would. All GPU work runs on the main thread (CUDA graph trees are
 per-thread), between polls of the socket and of the handshake files.
 
-    python worker.py --port 8000 --layers 24 --width 2048 --kv-gb 16
+With --api-port, it also serves vLLM's sleep-mode endpoints there (``POST /sleep``,
+``POST /wake_up``, ``GET /is_sleeping``), so a checkpoint can quiesce it through the ``vllm``
+engine profile instead of the handshake: sleep frees the KV buffer, wake allocates it again,
+and while asleep the digest port answers nothing.
+
+    python worker.py --port 8000 --layers 24 --width 2048 --kv-gb 16 [--api-port 8001]
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
+import select
 import socket
 import sys
 import time
@@ -67,6 +74,7 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=2048)
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--kv-gb", type=float, default=16.0)
+    ap.add_argument("--api-port", type=int, default=0, help="vLLM's sleep-mode endpoints")
     args = ap.parse_args()
     t0 = time.time()
     torch.manual_seed(0)
@@ -86,37 +94,86 @@ def main() -> None:
     for _ in range(3):  # compile, record and replay the CUDA graphs
         infer()
     kv_elems = int(args.kv_gb * 2**30 / 2)
-    kv = torch.empty(kv_elems, dtype=torch.bfloat16, device="cuda") if kv_elems else None
+    state = {"kv": None, "asleep": False}
+
+    def allocate() -> None:
+        if kv_elems:
+            state["kv"] = torch.empty(kv_elems, dtype=torch.bfloat16, device="cuda")
+
+    def free() -> None:
+        # torch.compile's worker pool holds forked copies of our NVIDIA mappings without
+        # a CUDA context; CRIU cannot dump those, so end it (it restarts on demand).
+        shutdown = getattr(torch._inductor.async_compile, "shutdown_compile_workers", None)
+        if shutdown:
+            shutdown()
+        state["kv"] = None
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+    allocate()
     print(f"ready params={n_params} weights_s={t_weights:.1f} total_s={time.time() - t0:.1f}",
           flush=True)  # fmt: skip
 
-    srv = socket.socket()
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("0.0.0.0", args.port))
-    srv.listen(64)
-    srv.settimeout(0.02)
+    srv = listen(args.port)
+    api = listen(args.api_port) if args.api_port else None
     hs = Handshake()
     while True:
         if hs.enabled and hs.checkpoint_requested():
-            # torch.compile's worker pool holds forked copies of our NVIDIA mappings without
-            # a CUDA context; CRIU cannot dump those, so end it (it restarts on demand).
-            shutdown = getattr(torch._inductor.async_compile, "shutdown_compile_workers", None)
-            if shutdown:
-                shutdown()
-            del kv
-            kv = None
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
+            free()
             hs.signal_ready({"params": n_params})
             info = hs.wait_for_restore()
-            kv = torch.empty(kv_elems, dtype=torch.bfloat16, device="cuda") if kv_elems else None
+            allocate()
             print(f"resumed mode={info.mode} podIP={info.pod_ip}", flush=True)
-        try:
-            conn, _ = srv.accept()
-        except TimeoutError:
-            continue
-        with conn:
-            conn.sendall((infer() + "\n").encode())
+        ready, _, _ = select.select([s for s in (srv, api) if s is not None], [], [], 0.02)
+        for s in ready:
+            conn, _ = s.accept()
+            with conn:
+                if s is api:
+                    vllm_api(conn, state, free, allocate)
+                elif not state["asleep"]:
+                    conn.sendall((infer() + "\n").encode())
+
+
+def listen(port: int) -> socket.socket:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port))
+    s.listen(64)
+    return s
+
+
+def vllm_api(conn: socket.socket, state: dict, free, allocate) -> None:
+    """One request of vLLM's sleep-mode API, with its answers (on the main thread: the GPU
+    work must be)."""
+    conn.settimeout(5)
+    head = b""
+    while b"\r\n\r\n" not in head and len(head) < 8192:
+        chunk = conn.recv(4096)
+        if not chunk:
+            return
+        head += chunk
+    method, path = [*head.split(b"\r\n", 1)[0].decode().split(" "), "", ""][:2]
+    status, body = 200, {}
+    if method == "GET" and path == "/is_sleeping":
+        body = {"is_sleeping": state["asleep"]}
+    elif method == "POST" and path.startswith("/sleep"):
+        if not state["asleep"]:
+            free()
+            state["asleep"] = True
+    elif method == "POST" and path == "/wake_up":
+        if state["asleep"]:
+            allocate()
+            state["asleep"] = False
+            print("woken through the API", flush=True)
+    else:
+        status, body = 404, {"detail": "Not Found"}
+    data = json.dumps(body).encode()
+    reason = "OK" if status == 200 else "Not Found"
+    conn.sendall(
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+        + data
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ from api.manifest import (
     Source,
 )
 from api.memory import MEMORY_PAGES
+from api.quiesce import Engine, Quiesce
 
-from .. import handshake, procs
+from .. import engine_api, handshake, procs
 from ..artifact.pack import Signer, Staging, describe_files, write_manifest
 from ..artifact.rootfs_pack import DEFAULT_MAX_BYTES
 from ..compat import host_info
@@ -55,6 +56,9 @@ class CheckpointRequest:
     signer: Signer | None = None
     control_dir: Path | None = None
     handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
+    #: how the source is quiesced: through its engine's HTTP API, not at all, or (None, or
+    #: engine "handshake") the handshake files in ``control_dir``
+    quiesce: Quiesce | None = None
     #: optional identity of the source when it is a pod (filled in by the node agent)
     pod: str | None = None
     namespace: str | None = None
@@ -163,7 +167,11 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
     with staging, _InFlight(req, staging.dir) as inflight:
         work = inflight.work
         try:
-            if req.control_dir:
+            if _over_http(req):
+                inflight.quiesced = True  # from the first call on: it may be asleep
+                with timer.phase("quiesce"):
+                    engine_api.quiesce(req.quiesce, f"/proc/{req.pid}/ns/net")
+            elif req.control_dir and _engine(req) == Engine.HANDSHAKE:
                 inflight.quiesced = True  # from the request on: the workload may quiesce
                 with timer.phase("quiesce"):
                     handshake.request_checkpoint(req.control_dir, req.handshake_timeout_s)
@@ -295,7 +303,16 @@ def _manifest(req: CheckpointRequest, host, command: list[str], own_netns: bool,
         cuda=Cuda(nsPids=cuda_ns_pids),
         files=files,
         timings=timer.result(),
+        quiesce=req.quiesce if _engine(req) != Engine.HANDSHAKE else None,
     )
+
+
+def _engine(req: CheckpointRequest) -> Engine:
+    return req.quiesce.engine if req.quiesce else Engine.HANDSHAKE
+
+
+def _over_http(req: CheckpointRequest) -> bool:
+    return req.quiesce is not None and req.quiesce.over_http
 
 
 def _used_gpus(gpus, cuda_pids):
@@ -312,7 +329,12 @@ def _give_back(req: CheckpointRequest, gpu: _GpuState, quiesced: bool) -> None:
         gpu.resume()
     except SnapshotError as e:
         log.error("could not hand GPU state back to PID %d: %s", req.pid, e)
-    if quiesced and req.control_dir:
+    if quiesced and _over_http(req):
+        try:
+            engine_api.wake(req.quiesce, f"/proc/{req.pid}/ns/net")
+        except SnapshotError as e:
+            log.error("could not wake the source (PID %d) again: %s", req.pid, e)
+    elif quiesced and req.control_dir:
         pod_ips = []
         with contextlib.suppress(Exception):
             pod_ips = global_addresses(f"/proc/{req.pid}/ns/net")

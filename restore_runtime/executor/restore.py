@@ -37,7 +37,7 @@ from api.manifest import CRIU_DIR, MANIFEST_NAME, FileEntry, Manifest
 from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
 from api.report import RestoreReport
 
-from .. import handshake, memfill, mounts, procs
+from .. import engine_api, handshake, memfill, mounts, procs
 from ..artifact import binding
 from ..artifact.rootfs import apply_rootfs_diff
 from ..artifact.verify import check_digests, copy_verified, load_manifest, plan
@@ -255,7 +255,9 @@ class Restore:
                 _restore_gpu(self._driver(), manifest, pid, pairs)
         pod_ip = self.new_ips[0] if self.new_ips else (manifest.network.pod_ips or [None])[0]
         with self.phase("wake"):
-            if self.req.control_dir:
+            if manifest.quiesce is not None and manifest.quiesce.over_http:
+                engine_api.wake(manifest.quiesce, f"/proc/{pid}/ns/net")
+            elif self.req.control_dir:
                 handshake.complete_restore(self.req.control_dir, pod_ip, self.timer.result())
         if self.req.pidfile:
             self.req.pidfile.write_text(f"{pid}\n")

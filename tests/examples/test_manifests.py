@@ -43,7 +43,20 @@ def test_deployment_restores_from_its_snapshot_job(folder):
     replica = {c["name"]: c for c in template["spec"]["containers"]}
     assert target in replica
     assert replica[target]["image"] == source[target]["image"]
-    # the engine's command is the same (the adapter's options may differ: only replicas
-    # re-register with a router)
-    engine = [a.split("exec ", 1)[1] for a in replica[target]["args"]]
-    assert engine == [a.split("exec ", 1)[1] for a in source[target]["args"]]
+    # the engine's command is the same: a fallback cold-starts what was captured
+    for key in ("command", "args", "env"):
+        assert replica[target].get(key) == source[target].get(key), key
+
+
+ENGINES = {"vllm": "vllm", "sglang": "sglang", "tensorrt_llm": "tensorrt-llm"}
+
+
+@pytest.mark.parametrize("folder", sorted(ENGINES))
+def test_engine_examples_run_the_published_image_with_no_adapter(folder):
+    """Stock engine images, stock entrypoints: the engine's own flags only, quiesced through
+    its own API (the PodSnapshot's profile), nothing of ours in the container."""
+    (job,) = docs(EXAMPLES / folder / "snapshotjob.yaml")
+    assert job["spec"]["podSnapshotTemplate"]["quiesce"]["engine"] == ENGINES[folder]
+    for path in (EXAMPLES / folder).glob("*.yaml"):
+        text = path.read_text()
+        assert "examples." not in text and "snapshot:" not in text.split("image:")[1], path

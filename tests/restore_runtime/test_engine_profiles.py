@@ -1,0 +1,130 @@
+"""Stock engines quiesced and woken through their own HTTP API (restore_runtime/engine_api.py),
+with real CRIU, the workload in a network namespace of its own (its API on that namespace's
+loopback only, which the engine reaches by entering it). The engine is a stand-in for vLLM
+(tests/workloads/standin_vllm.py): its sleep-mode endpoints with their real answers, not vLLM.
+
+Cases: asleep for the dump and woken after the restore, state kept, the wake timed; a
+checkpoint that keeps the source running wakes it; each broken engine fails the checkpoint
+with its reason, leaves no artifact, and the source serves: no sleep endpoints (the flag
+named), never reports asleep, a call that hangs past the timeout, an oversized answer; a
+restore whose wake fails kills the restored tree and says why."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from api.quiesce import Engine, Quiesce
+from devnode import free_port
+from restore_runtime import sandbox
+from restore_runtime.engine_api import EngineApiError, in_netns
+from restore_runtime.errors import SnapshotError
+from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
+from restore_runtime.executor.restore import RestoreRequest, restore
+from tests.conftest import requires_criu
+from tests.helpers import ROOT
+
+pytestmark = [requires_criu, pytest.mark.root]
+STANDIN = ROOT / "tests" / "workloads" / "standin_vllm.py"
+
+
+@pytest.fixture
+def netns():
+    name = f"snaptest-eng-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+    yield name
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def generate(ns: str, port: int) -> dict:
+    """GET /generate from inside the namespace (the host cannot reach its loopback)."""
+    import http.client
+
+    def get() -> dict:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request("GET", "/generate")
+            r = conn.getresponse()
+            return {"status": r.status, **json.loads(r.read() or b"{}")}
+        finally:
+            conn.close()
+
+    return in_netns(f"/run/netns/{ns}", get)
+
+
+def start(tmp_path, ns: str, cleanup_pids, mode: str = "ok") -> tuple[int, int]:
+    port = free_port()
+    pid = sandbox.start([sys.executable, str(STANDIN), "127.0.0.1", str(port)],
+                        tmp_path / f"standin-{port}.log", netns=ns,
+                        env={"STANDIN_MODE": mode})  # fmt: skip
+    cleanup_pids.append(pid)
+    for _ in range(100):
+        try:
+            generate(ns, port)
+            return pid, port
+        except OSError:
+            import time
+
+            time.sleep(0.1)
+    raise AssertionError("the stand-in never answered")
+
+
+def vllm(port: int, timeout: int = 30) -> Quiesce:
+    return Quiesce(engine=Engine.VLLM, port=port, timeoutSeconds=timeout)
+
+
+def test_asleep_for_the_dump_and_woken_after_the_restore(tmp_path, netns, cleanup_pids):
+    pid, port = start(tmp_path, netns, cleanup_pids)
+    first = generate(netns, port)
+    res = checkpoint(CheckpointRequest(output=tmp_path / "art", pid=pid, quiesce=vllm(port)))
+    assert res.manifest.quiesce is not None and res.manifest.quiesce.engine == Engine.VLLM
+    assert "quiesce" in res.manifest.timings
+    report = restore(RestoreRequest(artifact=tmp_path / "art", netns=netns))
+    cleanup_pids.append(report.pid)
+    assert "wake" in report.timings
+    after = generate(netns, port)
+    assert after["status"] == 200, "woken: it serves"
+    assert (after["count"], after["digest"]) == (first["count"] + 1, first["digest"])
+
+
+def test_a_source_kept_running_is_woken(tmp_path, netns, cleanup_pids):
+    pid, port = start(tmp_path, netns, cleanup_pids)
+    checkpoint(CheckpointRequest(output=tmp_path / "art", pid=pid, quiesce=vllm(port),
+                                 leave_running=True))  # fmt: skip
+    assert generate(netns, port)["status"] == 200
+
+
+@pytest.mark.parametrize(
+    ("mode", "timeout", "why"),
+    [
+        ("no-sleep-mode", 30, "has no GET /is_sleeping (404): start vLLM with "
+                              "VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode"),
+        ("never-sleeps", 2, "no answer to vllm reporting is_sleeping within 2s"),
+        ("hangs", 2, "no answer to POST /sleep?level=1 within 2s"),
+        ("huge", 30, "answer over 65536 bytes"),
+    ],
+)  # fmt: skip
+def test_a_broken_engine_fails_the_checkpoint_and_keeps_serving(
+    tmp_path, netns, cleanup_pids, mode, timeout, why
+):
+    pid, port = start(tmp_path, netns, cleanup_pids, mode)
+    with pytest.raises(EngineApiError, match=re.escape(why)):
+        checkpoint(CheckpointRequest(output=tmp_path / "art", pid=pid,
+                                     quiesce=vllm(port, timeout)))  # fmt: skip
+    assert not (tmp_path / "art").exists(), "no artifact, not even a partial one"
+    assert generate(netns, port)["status"] == 200, "the source serves"
+
+
+def test_a_wake_that_fails_after_the_restore_kills_the_restored_tree(tmp_path, netns, cleanup_pids):
+    pid, port = start(tmp_path, netns, cleanup_pids, "wake-fails")
+    checkpoint(CheckpointRequest(output=tmp_path / "art", pid=pid, quiesce=vllm(port)))
+    with pytest.raises(SnapshotError, match="POST /wake_up: HTTP 500"):
+        restore(RestoreRequest(artifact=tmp_path / "art", netns=netns))
+    with pytest.raises(OSError):
+        generate(netns, port)  # nothing serves there: the restored tree is gone
