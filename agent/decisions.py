@@ -28,8 +28,8 @@ from api.crd import (
 )
 from api.handshake import pod_empty_dir
 from api.manifest import Compat, Manifest
+from api.podspec import CONTROL_VOLUME, container_status, is_running
 from api.report import RestoreReport
-from kubeclient.podspec import CONTROL_VOLUME, container_status, is_running
 from restore_runtime import compat
 from restore_runtime.artifact import oci
 from restore_runtime.compat import HostInfo

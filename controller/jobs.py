@@ -31,7 +31,7 @@ from api.crd import (
     condition_true,
     set_condition,
 )
-from kubeclient.podspec import add_control_dir
+from api.podspec import add_control_dir
 
 C = SnapshotJobConditions
 T, F = ConditionStatus.TRUE, ConditionStatus.FALSE

@@ -19,7 +19,7 @@ from api.crd import (
     SourceInfo,
     condition_true,
 )
-from kubeclient.podspec import container_status, is_running
+from api.podspec import container_status, is_running
 
 READY, FAILED = PodSnapshotConditions.READY, PodSnapshotConditions.FAILED
 R = PodSnapshotReasons

@@ -17,7 +17,7 @@ import jsonpatch
 
 from api import annotations as ann
 from api.crd import PodSnapshot
-from kubeclient.podspec import add_control_dir
+from api.podspec import add_control_dir
 
 # GPU feature discovery's node labels.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"

@@ -261,6 +261,7 @@ class _InFlight:
             container_id=rc.id if rc else None,
             control_dir=str(req.control_dir) if req.control_dir else None,
             cuda_pids=procs.cuda_pids(req.pid), pod_snapshot_uid=req.pod_snapshot_uid,
+            quiesce=req.quiesce.model_dump(mode="json") if _over_http(req) else None,
         )  # fmt: skip
         self.quiesced = False
 

@@ -22,8 +22,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from api.handshake import CHECKPOINT_REQUESTED, READY_FOR_SNAPSHOT, atomic_write
+from api.quiesce import Quiesce
 
-from .. import handshake, procs
+from .. import engine_api, handshake, procs
 from ..artifact.pack import CACHE_DIR
 from ..errors import SnapshotError
 from ..netns import global_addresses
@@ -50,6 +51,8 @@ class Journal:
     #: processes that may hold CUDA state the checkpoint locks or checkpoints
     cuda_pids: list[int] = field(default_factory=list)
     pod_snapshot_uid: str | None = None
+    #: an engine profile quiesced through its API (api/quiesce.py, as JSON): woken through it
+    quiesce: dict | None = None
 
     @staticmethod
     def path_for(staging: Path) -> Path:
@@ -114,7 +117,14 @@ def give_back(j: Journal) -> list[str]:
     else:
         procs.continue_tree(j.pid)
     actions += _resume_cuda(j.cuda_pids)
-    if j.control_dir and _quiesced(Path(j.control_dir)):
+    if j.quiesce is not None:
+        q = Quiesce.model_validate(j.quiesce)
+        try:
+            engine_api.wake(q, f"/proc/{j.pid}/ns/net")
+            actions.append(f"woke {q.engine} through its API")
+        except SnapshotError as e:
+            actions.append(f"could not wake {q.engine} through its API: {e}")
+    elif j.control_dir and _quiesced(Path(j.control_dir)):
         ips: list[str] = []
         with contextlib.suppress(Exception):
             ips = global_addresses(f"/proc/{j.pid}/ns/net")

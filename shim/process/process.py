@@ -16,8 +16,7 @@ from restore_runtime.runc import Runc, RuncError
 
 from ..ttrpc.codes import Code, RPCError
 from .io import ProcessIO, StdioPaths
-from .restore import RestoreTarget
-from .restore import restore as restore_from
+from .restore import RestoreTarget, restore_init
 from .states import Created, State
 
 log = logging.getLogger(__name__)
@@ -119,7 +118,7 @@ class InitProcess(Process):
         """Restore from the artifact (RestoreFailed when it did not happen: nothing is left
         behind, and a cold start may follow)."""
         assert self.restore_target is not None and self.node is not None
-        report = await restore_from(self, self.restore_target, self.node)
+        report = await restore_init(self, self.restore_target, self.node)
         self.restore_target.report(report)
 
     async def do_kill(self, sig: int, all_: bool) -> None:

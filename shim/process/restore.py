@@ -199,7 +199,7 @@ async def warm_up(runc, node: NodeConfig) -> None:
     log.info("engine loaded in %.3fs, ahead of the restore", time.monotonic() - t0)
 
 
-async def restore(p, t: RestoreTarget, node: NodeConfig) -> RestoreReport:
+async def restore_init(p, t: RestoreTarget, node: NodeConfig) -> RestoreReport:
     """Restore init process ``p`` (an InitProcess, not yet created) from ``t``; on success
     ``p`` runs with its pid set. Raises RestoreFailed, having left nothing behind: no runc
     container, no restored process, no work directory."""

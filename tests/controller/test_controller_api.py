@@ -209,4 +209,6 @@ def test_printer_columns(control_plane, ns):
         r = c.get(f"{GROUP}/namespaces/{ns}/podsnapshots",
                   headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})  # fmt: skip
     cols = [col["name"] for col in r.json()["columnDefinitions"]]
-    assert cols == ["Name", "Ready", "Node", "Size", "Age"]
+    assert cols == ["Name", "Ready", "Node", "Size", "Quiesce", "Age"]
+    (row,) = [r for r in r.json()["rows"] if r["cells"][0] == "cols"]
+    assert row["cells"][4] == "handshake", "the default profile, filled in by the schema"

@@ -4,6 +4,7 @@ loopback only, which the engine reaches by entering it). The engine is a stand-i
 (tests/workloads/standin_vllm.py): its sleep-mode endpoints with their real answers, not vLLM.
 
 Cases: asleep for the dump and woken after the restore, state kept, the wake timed; a
+checkpointer that died with the engine asleep: recovery wakes it; a
 checkpoint that keeps the source running wakes it; each broken engine fails the checkpoint
 with its reason, leaves no artifact, and the source serves: no sleep endpoints (the flag
 named), never reports asleep, a call that hangs past the timeout, an oversized answer; a
@@ -21,10 +22,11 @@ import pytest
 
 from api.quiesce import Engine, Quiesce
 from devnode import free_port
-from restore_runtime import sandbox
-from restore_runtime.engine_api import EngineApiError, in_netns
+from restore_runtime import procs, sandbox
+from restore_runtime.engine_api import EngineApiError, in_netns, quiesce
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
+from restore_runtime.executor.recovery import Journal, give_back
 from restore_runtime.executor.restore import RestoreRequest, restore
 from tests.conftest import requires_criu
 from tests.helpers import ROOT
@@ -128,3 +130,16 @@ def test_a_wake_that_fails_after_the_restore_kills_the_restored_tree(tmp_path, n
         restore(RestoreRequest(artifact=tmp_path / "art", netns=netns))
     with pytest.raises(OSError):
         generate(netns, port)  # nothing serves there: the restored tree is gone
+
+
+def test_a_dead_checkpoints_engine_is_woken_by_recovery(tmp_path, netns, cleanup_pids):
+    """A checkpointer killed after it put the engine to sleep leaves a journal; the agent's
+    next start (executor/recovery.py) wakes the engine through its API."""
+    pid, port = start(tmp_path, netns, cleanup_pids)
+    q = vllm(port)
+    quiesce(q, f"/proc/{pid}/ns/net")
+    assert generate(netns, port)["status"] == 503, "asleep"
+    j = Journal(pid=pid, start_time=procs.start_time(pid) or 0, staging="x",
+                quiesce=q.model_dump(mode="json"))  # fmt: skip
+    assert give_back(j) == ["woke vllm through its API"]
+    assert generate(netns, port)["status"] == 200

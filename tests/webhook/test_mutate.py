@@ -10,7 +10,7 @@ import pytest
 
 from api import annotations as ann
 from api.crd import PodSnapshot
-from kubeclient.podspec import CONTROL_VOLUME
+from api.podspec import CONTROL_VOLUME
 from webhook.mutate import (
     ARCH_LABEL,
     DRIVER_VERSION_LABEL,

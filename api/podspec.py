@@ -1,12 +1,13 @@
 """Pod spec edits shared by the webhook (restore pods) and the controller (SnapshotJob source
-pods): both give one container the control directory of the workload handshake. And the
-reading of a container's status, shared by the controller and the node agent."""
+pods): both give one container the control directory of the workload handshake, which the
+node agent then finds by its volume's name. And the reading of a container's status, shared
+by the controller and the node agent."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from api.handshake import CONTROL_DIR_ENV, DEFAULT_CONTROL_DIR
+from .handshake import CONTROL_DIR_ENV, DEFAULT_CONTROL_DIR
 
 CONTROL_VOLUME = "snapshot-control"
 
