@@ -53,7 +53,7 @@ COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)
 #: a stand-in for vLLM's server (not vLLM: its sleep-mode endpoints and their answers), on
 #: every address of the pod: the agent and the shim call it on the pod's loopback
 STANDIN_VLLM = ["sh", "-c", f"cd {ROOT} && exec {workloads.VENV_PYTHON} "
-                f"tests/workloads/standin_vllm.py 0.0.0.0 {PORT}"]  # fmt: skip
+                f"tests/workloads/standin_engine.py 0.0.0.0 {PORT}"]  # fmt: skip
 
 
 def snaps(ns: str) -> str:

@@ -1,9 +1,10 @@
 """Stock engines quiesced and woken through their own HTTP API (restore_runtime/engine_api.py),
 with real CRIU, the workload in a network namespace of its own (its API on that namespace's
-loopback only, which the engine reaches by entering it). The engine is a stand-in for vLLM
-(tests/workloads/standin_vllm.py): its sleep-mode endpoints with their real answers, not vLLM.
+loopback only, which the engine reaches by entering it). The engines are stand-ins
+(tests/workloads/standin_engine.py): the endpoints each profile calls, not the engines.
 
-Cases: asleep for the dump and woken after the restore, state kept, the wake timed; a
+Cases: for vLLM, SGLang and TensorRT-LLM, quiesced for the dump and woken after the
+restore, state kept, the wake timed; for vLLM: a
 checkpointer that died with the engine asleep: recovery wakes it; a
 checkpoint that keeps the source running wakes it; each broken engine fails the checkpoint
 with its reason, leaves no artifact, and the source serves: no sleep endpoints (the flag
@@ -32,7 +33,7 @@ from tests.conftest import requires_criu
 from tests.helpers import ROOT
 
 pytestmark = [requires_criu, pytest.mark.root]
-STANDIN = ROOT / "tests" / "workloads" / "standin_vllm.py"
+STANDIN = ROOT / "tests" / "workloads" / "standin_engine.py"
 
 
 @pytest.fixture
@@ -60,11 +61,12 @@ def generate(ns: str, port: int) -> dict:
     return in_netns(f"/run/netns/{ns}", get)
 
 
-def start(tmp_path, ns: str, cleanup_pids, mode: str = "ok") -> tuple[int, int]:
+def start(tmp_path, ns: str, cleanup_pids, mode: str = "ok",
+          engine: str = "vllm") -> tuple[int, int]:  # fmt: skip
     port = free_port()
     pid = sandbox.start([sys.executable, str(STANDIN), "127.0.0.1", str(port)],
                         tmp_path / f"standin-{port}.log", netns=ns,
-                        env={"STANDIN_MODE": mode})  # fmt: skip
+                        env={"STANDIN_MODE": mode, "STANDIN_ENGINE": engine})  # fmt: skip
     cleanup_pids.append(pid)
     for _ in range(100):
         try:
@@ -81,11 +83,15 @@ def vllm(port: int, timeout: int = 30) -> Quiesce:
     return Quiesce(engine=Engine.VLLM, port=port, timeoutSeconds=timeout)
 
 
-def test_asleep_for_the_dump_and_woken_after_the_restore(tmp_path, netns, cleanup_pids):
-    pid, port = start(tmp_path, netns, cleanup_pids)
+@pytest.mark.parametrize("engine", [Engine.VLLM, Engine.SGLANG, Engine.TRTLLM])
+def test_asleep_for_the_dump_and_woken_after_the_restore(tmp_path, netns, cleanup_pids, engine):
+    """vLLM and SGLang do not serve once quiesced, so serving after the restore proves the
+    wake; TensorRT-LLM is drained (its stand-in's requests finish) and checked."""
+    pid, port = start(tmp_path, netns, cleanup_pids, engine=engine)
     first = generate(netns, port)
-    res = checkpoint(CheckpointRequest(output=tmp_path / "art", pid=pid, quiesce=vllm(port)))
-    assert res.manifest.quiesce is not None and res.manifest.quiesce.engine == Engine.VLLM
+    q = Quiesce(engine=engine, port=port, timeoutSeconds=30)
+    res = checkpoint(CheckpointRequest(output=tmp_path / "art", pid=pid, quiesce=q))
+    assert res.manifest.quiesce is not None and res.manifest.quiesce.engine == engine
     assert "quiesce" in res.manifest.timings
     report = restore(RestoreRequest(artifact=tmp_path / "art", netns=netns))
     cleanup_pids.append(report.pid)
