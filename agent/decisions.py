@@ -208,6 +208,32 @@ def source_problem(pod: dict[str, Any], snap: PodSnapshot, node: str) -> str | N
     return None
 
 
+@dataclass(frozen=True)
+class CheckpointTarget:
+    """What a checkpoint of a PodSnapshot acts on: the container the pod's status names,
+    once the pod was found to be this node's and the named one."""
+
+    container_id: str
+    pod_uid: str
+    image_digest: str | None
+
+
+def checkpoint_target(pod: dict[str, Any] | None, snap: PodSnapshot,
+                      node: str) -> CheckpointTarget | str:  # fmt: skip
+    """The container to checkpoint for ``snap``, or why not (the PodSnapshot's failure
+    message). The container's own labels are checked once runc's state is read
+    (``container_problem``)."""
+    name, container = snap.spec.source.pod_ref.name, snap.container or ""
+    if pod is None:
+        return f"source pod {name} no longer exists"
+    cid = container_id(pod, container)
+    if cid is None:
+        return f"container {container!r} of {name} is not running"
+    if why := source_problem(pod, snap, node):
+        return why
+    return CheckpointTarget(cid, pod["metadata"]["uid"], image_digest(pod, container))
+
+
 def container_problem(annotations: dict[str, str], pod: dict[str, Any], name: str) -> str | None:
     """Why the runtime's container (its CRI annotations, from runc state) is not container
     ``name`` of ``pod``: a forged ``containerID`` in a pod status would otherwise point the

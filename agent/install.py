@@ -145,11 +145,25 @@ def install(
     node = node or NodeConfig()
     host_prefix = host_root / prefix.relative_to("/")
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    base = Path(sys.base_prefix)
-    site = packages or Path(sysconfig.get_paths()["purelib"])
     staging = host_prefix.with_name(host_prefix.name + ".new")
     shutil.rmtree(staging, ignore_errors=True)
-    # the interpreter and its standard library, then this environment's packages
+    _stage_python(staging, python, packages or Path(sysconfig.get_paths()["purelib"]))
+    # the settings as the shim reads them: its copies of the key and the credentials
+    node = _stage_keys(staging, prefix, node, verify_key, sign_key)
+    _swap_in(staging, host_prefix)
+    shim = _write_wrapper(host_root / bin_dir.relative_to("/") / SHIM_NAME,
+                          wrapper(prefix, python, node))  # fmt: skip
+    host_config = host_root / config.relative_to("/")
+    changed = _register_runtime(host_config)
+    if changed:
+        log.info("registered runtime 'snapshot' in %s; restart containerd to load it", config)
+    advise_huge_pages()
+    return InstallResult(shim=shim, config=host_config, config_changed=changed)
+
+
+def _stage_python(staging: Path, python: str, site: Path) -> None:
+    """The interpreter and its standard library, then this environment's packages."""
+    base = Path(sys.base_prefix)
     for part in (f"bin/{python}", f"lib/{python}", "lib"):
         src = base / part
         dst = staging / "python" / part
@@ -163,6 +177,12 @@ def install(
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
     shutil.copytree(site, staging / "site-packages", symlinks=False)
+
+
+def _stage_keys(staging: Path, prefix: Path, node: NodeConfig, verify_key: Path | None,
+                sign_key: Path | None) -> NodeConfig:  # fmt: skip
+    """The public key and the registry credentials, copied into the tree (root only);
+    returns the settings naming those copies."""
     key = None
     if verify_key is not None or sign_key is not None:
         (staging / "keys").mkdir()
@@ -182,9 +202,11 @@ def install(
         dest.write_bytes(node.oci_auth_file.read_bytes())
         dest.chmod(0o600)
         auth = prefix / "keys" / "oci-auth.json"
-    # the settings as the shim reads them: its copies of the key and the credentials
-    node = dataclasses.replace(node, verify_key_path=key, oci_auth_file=auth)
-    # swap in the new tree whole: a shim starting meanwhile sees the old or the new one
+    return dataclasses.replace(node, verify_key_path=key, oci_auth_file=auth)
+
+
+def _swap_in(staging: Path, host_prefix: Path) -> None:
+    """The new tree in place whole: a shim starting meanwhile sees the old or the new one."""
     old = host_prefix.with_name(host_prefix.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if host_prefix.exists():
@@ -192,26 +214,30 @@ def install(
     staging.rename(host_prefix)
     shutil.rmtree(old, ignore_errors=True)
 
-    shim = host_root / bin_dir.relative_to("/") / SHIM_NAME
+
+def _write_wrapper(shim: Path, text: str) -> Path:
     shim.parent.mkdir(parents=True, exist_ok=True)
     tmp = shim.with_name(shim.name + ".new")
-    tmp.write_text(wrapper(prefix, python, node))
+    tmp.write_text(text)
     tmp.chmod(0o755)
     tmp.replace(shim)
+    return shim
 
-    host_config = host_root / config.relative_to("/")
+
+def _register_runtime(host_config: Path) -> bool:
+    """Runtime "snapshot" in containerd's config (the old one kept beside it); whether the
+    config changed."""
     text = host_config.read_text() if host_config.exists() else "version = 2\n"
     new = with_runtime(text)
-    if new is not None:
-        if host_config.exists():
-            shutil.copy2(host_config, host_config.with_name(host_config.name + ".pre-snapshot"))
-        host_config.parent.mkdir(parents=True, exist_ok=True)
-        tmp = host_config.with_name(host_config.name + ".new")
-        tmp.write_text(new)
-        tmp.replace(host_config)
-        log.info("registered runtime 'snapshot' in %s; restart containerd to load it", config)
-    advise_huge_pages()
-    return InstallResult(shim=shim, config=host_config, config_changed=new is not None)
+    if new is None:
+        return False
+    if host_config.exists():
+        shutil.copy2(host_config, host_config.with_name(host_config.name + ".pre-snapshot"))
+    host_config.parent.mkdir(parents=True, exist_ok=True)
+    tmp = host_config.with_name(host_config.name + ".new")
+    tmp.write_text(new)
+    tmp.replace(host_config)
+    return True
 
 
 #: the kernel's transparent huge pages mode (one per kernel: a container reads the host's)

@@ -211,22 +211,18 @@ class Agent:
         task.add_done_callback(lambda _: self.pulling.pop(digest, None))
 
     async def checkpoint(self, snap: PodSnapshot) -> None:
-        ns, name = snap.metadata.namespace, snap.spec.source.pod_ref.name
-        pod = await kube.read_pod(self.api, ns, name)
-        if pod is None:
-            return await self._fail(snap, f"source pod {name} no longer exists")
-        cid = d.container_id(pod, snap.container or "")
-        if cid is None:
-            return await self._fail(snap, f"container {snap.container!r} of {name} is not running")
-        if why := d.source_problem(pod, snap, self.cfg.node):
-            return await self._fail(snap, why)
+        ns = snap.metadata.namespace
+        pod = await kube.read_pod(self.api, ns, snap.spec.source.pod_ref.name)
+        target = d.checkpoint_target(pod, snap, self.cfg.node)
+        if isinstance(target, str):
+            return await self._fail(snap, target)
         # a thread of the checkpoints' own, one checkpoint of a pod at a time, a fair share
         # of them per namespace: a workload that never quiesces holds only its own slots
-        async with self.slots.hold(ns, pod["metadata"]["uid"]):
-            await self._checkpoint(snap, pod, cid)
+        async with self.slots.hold(ns, target.pod_uid):
+            await self._checkpoint(snap, pod, target)
 
-    async def _checkpoint(self, snap: PodSnapshot, pod: dict, cid: str) -> None:
-        ns, name = snap.metadata.namespace, snap.spec.source.pod_ref.name
+    async def _checkpoint(self, snap: PodSnapshot, pod: dict, target: d.CheckpointTarget) -> None:
+        ns, name, cid = snap.metadata.namespace, snap.spec.source.pod_ref.name, target.container_id
         container = RuncContainer(self.cfg.runc_root, cid, self.cfg.runc)
         try:
             state = await self.slots.run(container.state)
@@ -240,7 +236,7 @@ class Agent:
         except SnapshotError as e:
             return await self._fail(snap, str(e))
         await self.snapshots.patch_status(snap, d.checkpointing(snap))
-        control = d.control_dir(self.cfg.kubelet_root, pod["metadata"]["uid"])
+        control = d.control_dir(self.cfg.kubelet_root, target.pod_uid)
         out = d.artifact_dir(self.cfg.store, snap)
         req = CheckpointRequest(
             output=out,
@@ -252,7 +248,7 @@ class Agent:
             signer=signer,
             pod=name, namespace=ns, container=snap.container,
             pod_snapshot=snap.metadata.name, pod_snapshot_uid=snap.metadata.uid or None,
-            image_digest=d.image_digest(pod, snap.container or ""),
+            image_digest=target.image_digest,
         )  # fmt: skip
         log.info("checkpointing %s/%s (container %s) into %s", ns, name, cid[:12], out)
         t0 = time.monotonic()

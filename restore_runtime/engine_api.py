@@ -159,10 +159,14 @@ def _shutdown(conn: http.client.HTTPConnection) -> None:
         conn.sock.shutdown(socket.SHUT_RDWR)
 
 
-def _run(q: Quiesce, netns: str, steps: Callable[[_Api], None]) -> float:
+def _run(q: Quiesce, netns: str, steps: Callable[[_Api], None], phase: str) -> float:
     t0 = time.monotonic()
     api = _Api(q, t0 + q.timeout_seconds)
-    in_netns(netns, lambda: steps(api))
+    try:
+        in_netns(netns, lambda: steps(api))
+    except EngineApiError as e:
+        e.phase = phase  # what a restore report names as the failed phase
+        raise
     return time.monotonic() - t0
 
 
@@ -183,7 +187,7 @@ def quiesce(q: Quiesce, netns: str) -> float:
             api.call("GET", "/health")
             api.until(lambda: api.in_flight() == 0, "requests in flight to finish")
 
-    seconds = _run(q, netns, steps)
+    seconds = _run(q, netns, steps, "quiesce")
     log.info("%s quiesced through its API in %.2fs", q.engine, seconds)
     return seconds
 
@@ -202,6 +206,6 @@ def wake(q: Quiesce, netns: str) -> float:
         elif q.engine == Engine.TRTLLM:
             api.call("GET", "/health")
 
-    seconds = _run(q, netns, steps)
+    seconds = _run(q, netns, steps, "wake")
     log.info("%s woken through its API in %.2fs", q.engine, seconds)
     return seconds

@@ -167,14 +167,7 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
     with staging, _InFlight(req, staging.dir) as inflight:
         work = inflight.work
         try:
-            if _over_http(req):
-                inflight.quiesced = True  # from the first call on: it may be asleep
-                with timer.phase("quiesce"):
-                    engine_api.quiesce(req.quiesce, f"/proc/{req.pid}/ns/net")
-            elif req.control_dir and _engine(req) == Engine.HANDSHAKE:
-                inflight.quiesced = True  # from the request on: the workload may quiesce
-                with timer.phase("quiesce"):
-                    handshake.request_checkpoint(req.control_dir, req.handshake_timeout_s)
+            _quiesce(req, timer, inflight)
             if maybe_cuda:
                 with timer.phase("cuda"):
                     gpu.classify(req.pid)
@@ -198,22 +191,7 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
                     _give_back(req, gpu, inflight.quiesced)
                     inflight.quiesced = False
             with timer.phase("pack"):
-                # the bulk first, by a rename; the zero-page pass then reads only what
-                # stays with CRIU, and the memory file's zero blocks become holes as it is
-                # hashed, on every core
-                if req.split_memory:
-                    with timer.step("memfile"):
-                        moved = memfile.split(images, staging.dir)
-                    log.info("moved %d range(s), %.2f GB, into the memory file", moved.ranges,
-                             moved.bytes / 1e9)  # fmt: skip
-                if not req.keep_zero_pages:
-                    with timer.step("sparse"):
-                        sparse = elide_zero_pages(images)
-                    log.info("left out %d of %d dumped pages: zero pages of private anonymous "
-                             "memory", sparse.dropped, sparse.pages)  # fmt: skip
-                dumper.pack_extra(staging.dir)
-                with timer.step("hash"):
-                    files = _describe(staging.dir, progress)
+                files = _pack(req, staging.dir, dumper, timer, progress)
             manifest = _manifest(req, host, command, own_netns, pod_ips,
                                  cuda_ns_pids, gpu.pids, files,
                                  timer)  # fmt: skip
@@ -230,6 +208,40 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
                 _give_back(req, gpu, inflight.quiesced)
     progress.done()
     return CheckpointResult(path=path, manifest=manifest, digest=digest)
+
+
+def _quiesce(req: CheckpointRequest, timer: PhaseTimer, inflight: _InFlight) -> None:
+    """The workload quiesced as its profile says: through its engine's API, the handshake
+    files, or not at all. From the first call on, it may be quiesced: a failure wakes it."""
+    if _over_http(req):
+        inflight.quiesced = True
+        with timer.phase("quiesce"):
+            engine_api.quiesce(req.quiesce, f"/proc/{req.pid}/ns/net")
+    elif req.control_dir and _engine(req) == Engine.HANDSHAKE:
+        inflight.quiesced = True
+        with timer.phase("quiesce"):
+            handshake.request_checkpoint(req.control_dir, req.handshake_timeout_s)
+
+
+def _pack(req: CheckpointRequest, root: Path, dumper: Dumper, timer: PhaseTimer,
+          progress: Progress):  # fmt: skip
+    """The bulk first, by a rename; the zero-page pass then reads only what stays with CRIU,
+    and the memory file's zero blocks become holes as it is hashed, on every core. Returns
+    every file's digests."""
+    images = root / CRIU_DIR
+    if req.split_memory:
+        with timer.step("memfile"):
+            moved = memfile.split(images, root)
+        log.info("moved %d range(s), %.2f GB, into the memory file", moved.ranges,
+                 moved.bytes / 1e9)  # fmt: skip
+    if not req.keep_zero_pages:
+        with timer.step("sparse"):
+            sparse = elide_zero_pages(images)
+        log.info("left out %d of %d dumped pages: zero pages of private anonymous memory",
+                 sparse.dropped, sparse.pages)  # fmt: skip
+    dumper.pack_extra(root)
+    with timer.step("hash"):
+        return _describe(root, progress)
 
 
 def _describe(root: Path, progress: Progress):

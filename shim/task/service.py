@@ -10,23 +10,21 @@ import logging
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf import empty_pb2
 
-from api.annotations import AnnotationError
 from api.node import NodeConfig
 from restore_runtime import mounts
 from restore_runtime.runc import Runc, RuncError
 
 from .. import VERSION
 from ..process import oom, stats
+from ..process.container import Container, Mount, new_container
 from ..process.io import StdioPaths
-from ..process.process import ExecProcess, InitProcess, Process, validate_exec_spec
-from ..process.restore import RestoreTarget
+from ..process.process import ExecProcess, Process, validate_exec_spec
 from ..process.state_dir import remove_container_state
-from ..process.states import CreatedFromArtifact, Deleted
+from ..process.states import Deleted
 from ..proto import events_pb2, shim_pb2, types_pb2
 from ..reaper import Reaper
 from ..ttrpc.codes import Code, RPCError
@@ -35,31 +33,6 @@ from .events import Publisher, timestamp
 
 log = logging.getLogger(__name__)
 SERVICE = "containerd.task.v2.Task"
-
-
-@dataclass
-class Container:
-    id: str
-    bundle: Path
-    init: InitProcess
-    execs: dict[str, ExecProcess] = field(default_factory=dict)
-    rootfs_mounted: bool = False
-    #: the container's cgroup directories, read from its init process once it runs
-    cgroup_dirs: dict[str, Path] = field(default_factory=dict)
-    oom_baseline: int = 0
-
-    def note_cgroups(self) -> None:
-        if self.init.pid and not self.cgroup_dirs:
-            self.cgroup_dirs = stats.cgroup_dirs(self.init.pid)
-            self.oom_baseline = oom.oom_kills(stats.memory_dir(self.cgroup_dirs))
-
-    def process(self, exec_id: str) -> Process:
-        if not exec_id:
-            return self.init
-        p = self.execs.get(exec_id)
-        if p is None:
-            raise RPCError(Code.NOT_FOUND, f"exec {exec_id!r} not found in {self.id}")
-        return p
 
 
 def _exited_at(p: Process):
@@ -155,43 +128,12 @@ class TaskService:
             raise RPCError(Code.INVALID_ARGUMENT, "container id is empty")
         if r.id in self.containers:
             raise RPCError(Code.ALREADY_EXISTS, f"container {r.id!r} already exists")
-        bundle = Path(r.bundle)
-        try:
-            spec = json.loads((bundle / "config.json").read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise RPCError(Code.INVALID_ARGUMENT, f"bad bundle {bundle}: {e}") from e
-        try:
-            target = RestoreTarget.from_spec(spec)
-        except AnnotationError as e:
-            raise RPCError(Code.INVALID_ARGUMENT, str(e)) from e
-        rootfs = bundle / "rootfs"
-        mounted = False
-        if len(r.rootfs) > 0:
-            rootfs.mkdir(exist_ok=True)
-            for m in r.rootfs:
-                try:
-                    mounts.mount(m.type, m.source, str(rootfs), list(m.options))
-                except OSError as e:
-                    raise RPCError(Code.INTERNAL, str(e)) from e
-            mounted = True
-        workdir = self.workdir / r.id
-        workdir.mkdir(parents=True, exist_ok=True)
-        init = InitProcess(
-            container_id=r.id, exec_id="", runc=self.runc, workdir=workdir, bundle=bundle,
-            stdio=StdioPaths(r.stdin, r.stdout, r.stderr, r.terminal),
+        c = await new_container(
+            r.id, Path(r.bundle), [Mount(m.type, m.source, list(m.options)) for m in r.rootfs],
+            StdioPaths(r.stdin, r.stdout, r.stderr, r.terminal), self.runc,
+            self.workdir, self.node,
         )  # fmt: skip
-        c = Container(r.id, bundle, init, rootfs_mounted=mounted)
-        try:
-            if target is not None:
-                init.restore_target, init.node = target, self.node
-                init.state = CreatedFromArtifact()
-            else:
-                await init.do_create()
-        except BaseException:
-            if mounted:
-                mounts.unmount(str(rootfs))
-            remove_container_state(self.workdir, r.id)
-            raise
+        init = c.init
         self.containers[r.id] = c
         if init.pid:
             c.note_cgroups()

@@ -167,3 +167,23 @@ def test_needs_restore_report():
     assert not d.needs_restore_report(p, "node-b")
     p["status"]["conditions"].append({"type": RESTORED_CONDITION, "status": "True"})
     assert not d.needs_restore_report(p, "node-a")
+
+
+@pytest.mark.parametrize(
+    ("source", "snap", "why"),
+    [
+        (None, snapshot(), "source pod src no longer exists"),
+        (pod(running=False), snapshot(), "container 'main' of src is not running"),
+        (pod(node="node-b"), snapshot(), "runs on node 'node-b', not on 'node-a'"),
+        (pod(), snapshot(uid="uid-other"), "has uid uid-1, not uid-other (recreated?)"),
+    ],
+)
+def test_checkpoint_target_or_why_not(source, snap, why):
+    """Decided before anything is done: the container to checkpoint, or the PodSnapshot's
+    failure message (a pod of another node, another pod under the name, no container)."""
+    assert why in d.checkpoint_target(source, snap, "node-a")
+
+
+def test_the_checkpoint_target():
+    t = d.checkpoint_target(pod(), snapshot(uid="uid-1"), "node-a")
+    assert t == d.CheckpointTarget("abc123", "uid-1", "sha256:" + "e" * 64)
