@@ -1,5 +1,6 @@
 """Self-signed serving certificates for clusters without cert-manager: a CA and a serving
-certificate for the webhook's Service, made with `cryptography`. Kept across restarts (the
+certificate for the webhook's (or the signer's) Service, made with `cryptography`; and
+serving an app over TLS. Kept across restarts (the
 API server holds the CA in the webhook configuration's caBundle) and renewed when they are
 missing, unreadable, expire within 30 days or do not cover the wanted names."""
 
@@ -128,3 +129,25 @@ def _still_good(out: ServingCert, names: list[str]) -> bool:
         san.get_values_for_type(x509.DNSName)
     )
     return set(names) <= have
+
+
+async def serve_tls(app, host: str, port: int, cert: Path, key: Path, log_level: str) -> None:
+    """Serve an ASGI app (the webhook's, the signer's) over TLS until stopped."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, ssl_certfile=str(cert),
+                            ssl_keyfile=str(key), log_level=log_level,
+                            access_log=False)  # fmt: skip
+    await uvicorn.Server(config).serve()
+
+
+def run_server(serve, args) -> int:
+    """A TLS server's ``main``: its log format, then ``serve(args)`` until SIGINT/SIGTERM."""
+    import asyncio
+    import contextlib
+
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(args))
+    return 0

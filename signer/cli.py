@@ -8,13 +8,9 @@ It reviews tokens and reads PodSnapshots through in-cluster config or $KUBECONFI
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import logging
 import sys
 from pathlib import Path
-
-import uvicorn
 
 from api.signer import SIGNER_AUDIENCE
 from kubeclient import api as kube
@@ -64,21 +60,11 @@ async def serve(args: argparse.Namespace) -> None:
         app = create_app(key, token_review(api, args.audience), snapshots.get,
                          f"system:serviceaccount:{args.agent_service_account}")  # fmt: skip
         log.info("signing for %s (audience %s)", args.agent_service_account, args.audience)
-        config = uvicorn.Config(
-            app, host=args.host, port=args.port, ssl_certfile=str(cert),
-            ssl_keyfile=str(tls_key), log_level=args.log_level, access_log=False,
-        )  # fmt: skip
-        await uvicorn.Server(config).serve()
+        await certs.serve_tls(app, args.host, args.port, cert, tls_key, args.log_level)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args))
-    return 0
+    return certs.run_server(serve, parse_args(argv))
 
 
 if __name__ == "__main__":

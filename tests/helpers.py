@@ -84,3 +84,19 @@ def restore_cli(art: Path, tmp: Path, *extra: str) -> tuple[int, dict]:
     pidfile = tmp / f"restored-{len(list(tmp.iterdir()))}.pid"
     out = snapshotctl("restore", str(art), "--pidfile", str(pidfile), "--json", *extra)
     return int(pidfile.read_text()), json.loads(out.stdout)
+
+
+def get_json(ip: str, port: int, path: str = "/generate", timeout: float = 60.0) -> dict:
+    """An HTTP workload's JSON answer (a stand-in engine's), retried until it serves (an
+    engine asleep answers 503, which is retried too)."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://{ip}:{port}{path}", timeout=5) as r:
+                return json.loads(r.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

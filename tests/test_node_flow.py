@@ -12,9 +12,6 @@ path), and writes the pod status back through pods/status."""
 from __future__ import annotations
 
 import contextlib
-import json
-import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,7 +32,7 @@ from restore_runtime.artifact.oci import OciError, OciRef, RegistryAccess
 from tests.admission_policy import installed_policy
 from tests.conftest import requires_containerd
 from tests.controller.objects import conditions
-from tests.helpers import ROOT, ask
+from tests.helpers import ROOT, ask, get_json
 from tests.kube_support import resync, settle
 from tests.webhook.conftest import chart_webhook_registered
 
@@ -393,16 +390,7 @@ async def test_cpu_example_snapshot_job_to_restored_replica(
 
 
 def generate(ip: str, timeout: float = 120.0) -> dict:
-    """The stand-in's stateful answer, once it serves (it does not while asleep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://{ip}:{PORT}/generate", timeout=5) as r:
-                return json.loads(r.read())
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    return get_json(ip, PORT, timeout=timeout)
 
 
 async def test_a_stock_vllm_sleeps_for_its_checkpoint_and_wakes_restored_with_no_adapter(

@@ -10,14 +10,10 @@ It reads PodSnapshots through in-cluster config or $KUBECONFIG (or --kubeconfig)
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
-import contextlib
 import logging
 import sys
 from pathlib import Path
-
-import uvicorn
 
 from kubeclient import api as kube
 from kubeclient import certs
@@ -90,21 +86,11 @@ async def serve(args: argparse.Namespace) -> None:
         app = create_app(
             snapshot_lookup(kube.pod_snapshots(api), args.lookup_timeout), args.runtime_class
         )
-        config = uvicorn.Config(
-            app, host=args.host, port=args.port, ssl_certfile=str(cert), ssl_keyfile=str(key),
-            log_level=args.log_level, access_log=False,
-        )  # fmt: skip
-        await uvicorn.Server(config).serve()
+        await certs.serve_tls(app, args.host, args.port, cert, key, args.log_level)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args))
-    return 0
+    return certs.run_server(serve, parse_args(argv))
 
 
 if __name__ == "__main__":

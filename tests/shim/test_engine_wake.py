@@ -7,8 +7,6 @@ and the container cold-starts: a fresh engine, serving from its first request. U
 from __future__ import annotations
 
 import json
-import time
-import urllib.request
 import uuid
 
 import pytest
@@ -17,7 +15,7 @@ from api.handshake import RESTORE_REPORT
 from api.quiesce import Engine, Quiesce
 from devnode import workloads
 from devnode.containerd import admitted
-from tests.helpers import ROOT
+from tests.helpers import ROOT, get_json
 from tests.shim.test_cri_restore import PORT, start_pod
 from tests.shim.test_cri_restore import pytestmark as cri_marks
 
@@ -26,16 +24,8 @@ WAKE_FAILS = ["sh", "-c", f"cd {ROOT} && STANDIN_MODE=wake-fails exec {workloads
               f"tests/workloads/standin_engine.py 0.0.0.0 {PORT}"]  # fmt: skip
 
 
-def generate(ip: str, timeout: float = 60.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://{ip}:{PORT}/generate", timeout=5) as r:
-                return json.loads(r.read())
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+def generate(ip: str, timeout: float = 120.0) -> dict:
+    return get_json(ip, PORT, timeout=timeout)
 
 
 @pytest.mark.parametrize("policy", ["fallback", "strict"])
