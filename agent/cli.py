@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S
-from api.node import DEFAULT_STORE_ROOT, NodeConfig
+from api.node import DEFAULT_CACHE_MAX_BYTES, DEFAULT_STORE_ROOT, NodeConfig
 from api.paths import DEFAULT_RUNC_ROOT
 from restore_runtime.artifact.oci import OciRef
 from restore_runtime.cli import dispatch
@@ -140,7 +140,7 @@ def _oci_args(p: argparse.ArgumentParser) -> None:
         metavar="CONFIG_JSON",
         help="docker config.json with registry credentials (a pull secret's)",
     )
-    p.add_argument("--oci-cache-max-gb", type=float, default=200.0,
+    p.add_argument("--oci-cache-max-gb", type=float, default=DEFAULT_CACHE_MAX_BYTES / 1024**3,
                    help="size of the node's cache of pulled artifacts")  # fmt: skip
 
 

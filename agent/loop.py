@@ -25,13 +25,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 
 from api.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
 from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S, RESTORE_REPORT
+from api.node import DEFAULT_CACHE_MAX_BYTES
 from api.paths import DEFAULT_RUNC_ROOT
 from api.report import RestoreReport
 from kubeclient import api as kube
 from kubeclient.watch import Source
 from kubeclient.workqueue import Key, Watched, meta
 from restore_runtime.artifact import oci, signing
-from restore_runtime.artifact.cache import CACHE_DIR, DEFAULT_MAX_BYTES, ArtifactCache
+from restore_runtime.artifact.cache import CACHE_DIR, ArtifactCache
 from restore_runtime.artifact.oci import OciRef, RegistryAccess
 from restore_runtime.artifact.pack import Signer, remove_stale_staging
 from restore_runtime.compat import HostInfo, host_info
@@ -68,7 +69,7 @@ class AgentConfig:
     #: them in the store; the store then holds this node's cache of them
     oci_repository: OciRef | None = None
     registry: RegistryAccess = field(default_factory=RegistryAccess)
-    oci_cache_max_bytes: int = DEFAULT_MAX_BYTES
+    oci_cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
     #: pull each Ready PodSnapshot this node could restore into its cache before any pod
     #: asks for it, so a scale-up onto this node does not wait on the registry
     pre_pull: bool = False

@@ -19,6 +19,8 @@ OCI_AUTH_FILE_ENV = "SNAPSHOT_OCI_AUTH_FILE"
 OCI_CACHE_MAX_BYTES_ENV = "SNAPSHOT_OCI_CACHE_MAX_BYTES"
 OCI_PULL_TIMEOUT_ENV = "SNAPSHOT_OCI_PULL_TIMEOUT"
 FILL_THREADS_ENV = "SNAPSHOT_FILL_THREADS"
+#: how much a node's cache of pulled artifacts may hold (the chart's storage.oci.cacheMaxGB)
+DEFAULT_CACHE_MAX_BYTES = 200 * 1024**3
 STATE_DIR_ENV = "SNAPSHOT_SHIM_STATE_DIR"
 RUNC_ROOT_ENV = "SNAPSHOT_RUNC_ROOT"
 
@@ -36,7 +38,7 @@ class NodeConfig:
     #: credentials, and how much the node's cache of pulled artifacts may hold
     oci_plain_http: tuple[str, ...] = ()
     oci_auth_file: Path | None = None
-    oci_cache_max_bytes: int = 200 * 1024**3
+    oci_cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES
     #: a pull that takes longer fails the restore (a cold start under fallback): it must end
     #: well inside the kubelet's runtime request timeout (2 minutes by default)
     oci_pull_timeout_s: float = 90.0

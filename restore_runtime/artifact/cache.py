@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from api.manifest import MANIFEST_NAME
+from api.node import DEFAULT_CACHE_MAX_BYTES
 
 from ..errors import ArtifactExists
 from .hashing import file_sha256
@@ -28,7 +29,6 @@ from .verify import verify
 
 log = logging.getLogger(__name__)
 IN_USE_S = 600.0
-DEFAULT_MAX_BYTES = 200 * 1024**3
 
 
 def _size(path: Path) -> int:
@@ -38,7 +38,7 @@ def _size(path: Path) -> int:
 @dataclass
 class ArtifactCache:
     root: Path
-    max_bytes: int = DEFAULT_MAX_BYTES
+    max_bytes: int = DEFAULT_CACHE_MAX_BYTES
     access: RegistryAccess = field(default_factory=RegistryAccess)
 
     def entry(self, manifest_digest: str) -> Path:

@@ -38,12 +38,6 @@ def encode_addr(ip: str) -> list[int]:
     return list(struct.unpack("<4I", addr.packed))
 
 
-def decode_addr(words: list[int], family: int) -> str:
-    if family == AF_INET:
-        return str(ipaddress.IPv4Address(struct.pack("<I", *words[:1])))
-    return str(ipaddress.IPv6Address(struct.pack("<4I", *words[:4])))
-
-
 def load_files(images_dir: Path) -> dict:
     images = _pycriu_images()
     with open(images_dir / FILES_IMG, "rb") as f:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from devnode import chart
+from tests.controller.objects import bound_pod
 
 pytestmark = [
     pytest.mark.slow,
@@ -24,13 +25,6 @@ SNAPS = f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/podsnapshots"
 MERGE = {"Content-Type": "application/merge-patch+json"}
 STRATEGIC = {"Content-Type": "application/strategic-merge-patch+json"}
 CHANGED = "2026-12-03T00:00:00Z"
-
-
-def pod(name: str, node: str, sa: str | None = None) -> dict:
-    spec = {"nodeName": node, "containers": [{"name": "main", "image": "registry.local/x:1"}]}
-    if sa:
-        spec["serviceAccountName"] = sa
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +49,9 @@ def agent_client(control_plane):
             r = admin.post(path, json=obj)
             assert r.status_code in (201, 409), r.text
         agent_pod = admin.post(f"/api/v1/namespaces/{SYSTEM}/pods",
-                               json=pod("agent-a", "node-a", AGENT)).json()  # fmt: skip
+                               json=bound_pod("agent-a", "node-a", AGENT)).json()  # fmt: skip
         for name, node in (("mine", "node-a"), ("theirs", "node-b")):
-            admin.post(f"/api/v1/namespaces/{NS}/pods", json=pod(name, node))
+            admin.post(f"/api/v1/namespaces/{NS}/pods", json=bound_pod(name, node))
             spec = {"source": {"podRef": {"name": name}, "containers": ["main"]}}
             admin.post(SNAPS, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
                                     "metadata": {"name": name}, "spec": spec})  # fmt: skip

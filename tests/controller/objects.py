@@ -56,3 +56,12 @@ def conditions(obj: dict) -> dict[str, tuple[str, str]]:
     """An object's conditions as the API server stores them: type -> (status, reason)."""
     return {c["type"]: (c["status"], c.get("reason", "")) for c in
             obj.get("status", {}).get("conditions", [])}  # fmt: skip
+
+
+def bound_pod(name: str, node: str, sa: str | None = None) -> dict:
+    """A pod as a client creates it, already bound to ``node`` (no scheduler runs), under
+    service account ``sa``: what a pod-bound token is made for."""
+    spec = {"nodeName": node, "containers": [{"name": "main", "image": "registry.local/x:1"}]}
+    if sa:
+        spec["serviceAccountName"] = sa
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}

@@ -22,6 +22,7 @@ from api.signer import KEY_PATH, SIGN_PATH, SIGNER_AUDIENCE, SignRequest
 from devnode import chart
 from devnode.webhook import signer_process
 from restore_runtime.artifact import signing
+from tests.controller.objects import bound_pod
 
 pytestmark = [
     pytest.mark.slow,
@@ -34,12 +35,6 @@ MERGE = {"Content-Type": "application/merge-patch+json"}
 CHECKPOINTING = {"type": "Ready", "status": "False", "reason": "Checkpointing",
                  "lastTransitionTime": "2026-12-05T00:00:00Z"}  # fmt: skip
 CAPTURED = {**CHECKPOINTING, "status": "True", "reason": "Captured"}
-
-
-def pod(name: str, node: str, sa: str) -> dict:
-    spec = {"nodeName": node, "serviceAccountName": sa,
-            "containers": [{"name": "main", "image": "registry.local/x:1"}]}  # fmt: skip
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
 def manifest(namespace: str, name: str, uid: str) -> bytes:
@@ -63,7 +58,7 @@ def cluster(control_plane, tmp_path_factory):
             admin.post(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts",
                        json={"metadata": {"name": sa}})  # fmt: skip
         pods = {sa: admin.post(f"/api/v1/namespaces/{SYSTEM}/pods",
-                               json=pod(f"{sa}-a", "node-a", sa)).json()
+                               json=bound_pod(f"{sa}-a", "node-a", sa)).json()
                 for sa in (AGENT, OTHER)}  # fmt: skip
         for name, node, ready in (("mine", "node-a", CHECKPOINTING),
                                   ("theirs", "node-b", CHECKPOINTING),
