@@ -36,11 +36,11 @@ from restore_runtime.artifact.cache import CACHE_DIR, ArtifactCache
 from restore_runtime.artifact.oci import OciRef, RegistryAccess
 from restore_runtime.artifact.pack import Signer, remove_stale_staging
 from restore_runtime.compat import HostInfo, host_info
+from restore_runtime.control_files import read_control_file
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, CheckpointResult, checkpoint
 from restore_runtime.executor.recovery import recover_interrupted
 from restore_runtime.executor.runners import RuncContainer
-from restore_runtime.handshake import read_control_file
 from restore_runtime.timing import phases_text
 
 from . import decisions as d

@@ -17,7 +17,7 @@ from api.paths import DEFAULT_RUNC_ROOT
 from api.quiesce import Engine, Quiesce
 from api.report import RestoreReport
 
-from . import handshake
+from . import control_files
 from .artifact.verify import load_manifest, manifest_digest, verify
 from .errors import SnapshotError
 from .executor.checkpoint import CheckpointRequest, checkpoint
@@ -177,10 +177,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
                 reason=str(e),
                 failedPhase=e.phase,
             )
-            handshake.write_report(args.control_dir, failed)
+            control_files.write_report(args.control_dir, failed)
         raise
     if args.control_dir:
-        handshake.write_report(args.control_dir, report)
+        control_files.write_report(args.control_dir, report)
     _emit(
         args,
         json.loads(report.to_json()),

@@ -28,7 +28,7 @@ from api.manifest import (
 from api.memory import MEMORY_PAGES
 from api.quiesce import Engine, Quiesce
 
-from .. import engine_api, handshake, procs
+from .. import control_files, engine_api, procs
 from ..artifact.pack import Signer, Staging, describe_files, write_manifest
 from ..artifact.rootfs_pack import DEFAULT_MAX_BYTES
 from ..compat import host_info
@@ -220,7 +220,7 @@ def _quiesce(req: CheckpointRequest, timer: PhaseTimer, inflight: _InFlight) -> 
     elif req.control_dir and _engine(req) == Engine.HANDSHAKE:
         inflight.quiesced = True
         with timer.phase("quiesce"):
-            handshake.request_checkpoint(req.control_dir, req.handshake_timeout_s)
+            control_files.request_checkpoint(req.control_dir, req.handshake_timeout_s)
 
 
 def _pack(req: CheckpointRequest, root: Path, dumper: Dumper, timer: PhaseTimer,
@@ -351,6 +351,6 @@ def _give_back(req: CheckpointRequest, gpu: _GpuState, quiesced: bool) -> None:
         pod_ips = []
         with contextlib.suppress(Exception):
             pod_ips = global_addresses(f"/proc/{req.pid}/ns/net")
-        handshake.complete_restore(
+        control_files.complete_restore(
             req.control_dir, pod_ips[0] if pod_ips else None, {}, mode="resumed-in-place"
         )

@@ -24,7 +24,7 @@ from pathlib import Path
 from api.handshake import CHECKPOINT_REQUESTED, READY_FOR_SNAPSHOT, atomic_write
 from api.quiesce import Quiesce
 
-from .. import engine_api, handshake, procs
+from .. import control_files, engine_api, procs
 from ..artifact.pack import CACHE_DIR
 from ..errors import SnapshotError
 from ..netns import global_addresses
@@ -128,7 +128,7 @@ def give_back(j: Journal) -> list[str]:
         ips: list[str] = []
         with contextlib.suppress(Exception):
             ips = global_addresses(f"/proc/{j.pid}/ns/net")
-        handshake.complete_restore(Path(j.control_dir), ips[0] if ips else None, {},
+        control_files.complete_restore(Path(j.control_dir), ips[0] if ips else None, {},
                                    mode="resumed-in-place")  # fmt: skip
         actions.append("resumed the quiesced workload in place")
     return actions

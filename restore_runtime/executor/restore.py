@@ -37,7 +37,7 @@ from api.manifest import CRIU_DIR, MANIFEST_NAME, FileEntry, Manifest
 from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
 from api.report import RestoreReport
 
-from .. import engine_api, handshake, memfill, mounts, procs
+from .. import control_files, engine_api, memfill, mounts, procs
 from ..artifact import binding
 from ..artifact.rootfs import apply_rootfs_diff
 from ..artifact.verify import check_digests, copy_verified, load_manifest, plan
@@ -258,7 +258,7 @@ class Restore:
             if manifest.quiesce is not None and manifest.quiesce.over_http:
                 engine_api.wake(manifest.quiesce, f"/proc/{pid}/ns/net")
             elif self.req.control_dir:
-                handshake.complete_restore(self.req.control_dir, pod_ip, self.timer.result())
+                control_files.complete_restore(self.req.control_dir, pod_ip, self.timer.result())
         if self.req.pidfile:
             self.req.pidfile.write_text(f"{pid}\n")
         self._ok = True

@@ -119,12 +119,12 @@ class RestoreTarget:
         return path, ({"pull": round(time.monotonic() - t0, 3)} if pulled else {})
 
     def report(self, report: RestoreReport) -> None:
-        from restore_runtime import handshake
+        from restore_runtime import control_files
 
         log.info("restore report for %s: %s", self.uri, report.to_json().decode())
         if self.control_dir is not None:
             try:
-                handshake.write_report(self.control_dir, report)
+                control_files.write_report(self.control_dir, report)
             except OSError as e:
                 log.error("cannot write the restore report to %s: %s", self.control_dir, e)
 

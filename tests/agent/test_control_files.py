@@ -1,5 +1,5 @@
 """The root agent reads files in a pod's control directory, which the pod's tenant controls
-(restore_runtime/handshake.py ``read_control_file``). Each hostile file must give a clear
+(restore_runtime/control_files.py ``read_control_file``). Each hostile file must give a clear
 refusal at once: never block, never read a host file, never read without bound.
 
 Cases: a small regular file is read; a FIFO (froze the agent), a symlink to /dev/zero
@@ -16,8 +16,8 @@ import threading
 import pytest
 
 from api.handshake import READY_FOR_SNAPSHOT, RESTORE_COMPLETE
-from restore_runtime import handshake
-from restore_runtime.handshake import MAX_CONTROL_FILE, UnsafeControlFile, read_control_file
+from restore_runtime import control_files
+from restore_runtime.control_files import MAX_CONTROL_FILE, UnsafeControlFile, read_control_file
 
 
 def read_within(path, seconds=5.0):
@@ -77,7 +77,7 @@ def test_checkpoint_handshake_survives_a_fifo(tmp_path):
 
     threading.Thread(target=workload, daemon=True).start()
     t = threading.Thread(
-        target=lambda: done.setdefault("r", handshake.request_checkpoint(tmp_path, 10)),
+        target=lambda: done.setdefault("r", control_files.request_checkpoint(tmp_path, 10)),
         daemon=True,
     )
     t.start()
@@ -86,6 +86,6 @@ def test_checkpoint_handshake_survives_a_fifo(tmp_path):
 
 
 def test_handshake_files_are_readable_by_the_workload(tmp_path):
-    handshake.complete_restore(tmp_path, "10.0.0.2", {"total": 1.0})
+    control_files.complete_restore(tmp_path, "10.0.0.2", {"total": 1.0})
     mode = stat.S_IMODE((tmp_path / RESTORE_COMPLETE).stat().st_mode)
     assert mode & 0o044 == 0o044 and not mode & 0o022

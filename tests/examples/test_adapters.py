@@ -1,5 +1,5 @@
 """The engine adapters, driven through the real handshake (the agent's side from
-restore_runtime.handshake, files in a real control directory) against a stand-in engine: an
+restore_runtime.control_files, files in a real control directory) against a stand-in engine: an
 HTTP server on loopback that answers the engine's endpoints and records every call.
 
 The stand-in is a fake by necessity: vLLM, SGLang and TensorRT-LLM need GPUs and cannot be
@@ -20,7 +20,7 @@ from examples.engine_adapter import Http, serve
 from examples.sglang.adapter import SglangEngine
 from examples.tensorrt_llm.adapter import TrtllmEngine
 from examples.vllm.adapter import VllmEngine
-from restore_runtime import handshake
+from restore_runtime import control_files
 from restore_runtime.workload import Handshake
 
 
@@ -107,13 +107,13 @@ def run_handshake(engine, tmp_path, register_url=None, port=8000):
         daemon=True,
     )  # fmt: skip
     t.start()
-    ready = handshake.request_checkpoint(control, timeout_s=10)
+    ready = control_files.request_checkpoint(control, timeout_s=10)
     return control, stop, t, ready
 
 
 def finish(control, stop, server, last_path, pod_ip="10.0.0.9"):
     """restore-complete, then wait for the adapter's last call."""
-    handshake.complete_restore(control, pod_ip, {"criu": 1.0})
+    control_files.complete_restore(control, pod_ip, {"criu": 1.0})
     deadline = time.monotonic() + 10
     while not any(p == last_path for _, p, _, _ in server.calls):
         assert time.monotonic() < deadline, f"no {last_path} after restore-complete"

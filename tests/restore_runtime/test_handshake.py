@@ -18,7 +18,7 @@ from api.handshake import (
     READY_FOR_SNAPSHOT,
     RESTORE_COMPLETE,
 )
-from restore_runtime import handshake
+from restore_runtime import control_files
 from restore_runtime.errors import HandshakeTimeout, SnapshotError
 from restore_runtime.workload import Handshake
 
@@ -37,11 +37,11 @@ def test_full_round(tmp_path):
 
     stop = Handshake(tmp_path, poll_s=0.01).serve_in_background(quiesce, resume)
     try:
-        ready = handshake.request_checkpoint(tmp_path, timeout_s=5)
+        ready = control_files.request_checkpoint(tmp_path, timeout_s=5)
         assert ready == {"inflight": 0}
         assert calls == ["quiesce"]
         assert not resumed.is_set(), "the workload waits for restore-complete"
-        handshake.complete_restore(tmp_path, "10.0.0.9", {"criu": 1.5})
+        control_files.complete_restore(tmp_path, "10.0.0.9", {"criu": 1.5})
         assert resumed.wait(5)
         assert calls == ["quiesce", "resume restored 10.0.0.9"]
         assert not (tmp_path / CHECKPOINT_REQUESTED).exists()
@@ -53,13 +53,13 @@ def test_full_round(tmp_path):
 
 def test_timeout_names_the_missing_file_and_withdraws_the_request(tmp_path):
     with pytest.raises(HandshakeTimeout, match=READY_FOR_SNAPSHOT):
-        handshake.request_checkpoint(tmp_path, timeout_s=0.1)
+        control_files.request_checkpoint(tmp_path, timeout_s=0.1)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_missing_control_dir(tmp_path):
     with pytest.raises(SnapshotError, match="does not exist"):
-        handshake.request_checkpoint(tmp_path / "nope", timeout_s=0.1)
+        control_files.request_checkpoint(tmp_path / "nope", timeout_s=0.1)
 
 
 def test_workload_wait_for_restore_timeout(tmp_path):
@@ -72,7 +72,7 @@ def test_stale_restore_complete_is_cleared_before_a_request(tmp_path):
     hs = Handshake(tmp_path, poll_s=0.01)
     t = threading.Thread(target=lambda: (hs.wait_for_checkpoint_request(5), hs.signal_ready()))
     t.start()
-    handshake.request_checkpoint(tmp_path, timeout_s=5)
+    control_files.request_checkpoint(tmp_path, timeout_s=5)
     t.join()
     assert not (tmp_path / RESTORE_COMPLETE).exists()
 

@@ -1,4 +1,7 @@
-"""The agent's side of the workload handshake (contract in api/handshake.py)."""
+"""The agent's and the shim's side of the workload handshake, in a pod's control directory
+(the contract is api/handshake.py; the workload's side is workload.py): ask for a checkpoint
+and wait for the workload's answer, tell it it runs again, leave the restore report, and read
+the files the tenant controls, safely."""
 
 from __future__ import annotations
 
