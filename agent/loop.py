@@ -40,7 +40,7 @@ from restore_runtime.control_files import read_control_file
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, CheckpointResult, checkpoint
 from restore_runtime.executor.recovery import recover_interrupted
-from restore_runtime.executor.runners import RuncContainer
+from restore_runtime.executor.tree_access import RuncContainer
 from restore_runtime.timing import phases_text
 
 from . import decisions as d

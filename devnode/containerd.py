@@ -18,7 +18,7 @@ from api.annotations import ARTIFACT, MANIFEST_DIGEST
 from api.node import NodeConfig
 from restore_runtime.artifact import signing
 from restore_runtime.executor.checkpoint import CheckpointRequest, CheckpointResult, checkpoint
-from restore_runtime.executor.runners import RuncContainer
+from restore_runtime.executor.tree_access import RuncContainer
 
 from . import claim, registry
 from .containerd_config import (

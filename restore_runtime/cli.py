@@ -22,7 +22,7 @@ from .artifact.verify import load_manifest, manifest_digest, verify
 from .errors import SnapshotError
 from .executor.checkpoint import CheckpointRequest, checkpoint
 from .executor.restore import RestoreRequest, restore
-from .executor.runners import RuncContainer
+from .executor.tree_access import RuncContainer
 from .progress import Progress, human
 from .timing import phases_text
 

@@ -39,7 +39,7 @@ from ..netns import global_addresses
 from ..progress import Progress
 from ..timing import PhaseTimer
 from .recovery import Journal
-from .runners import CriuDumper, Dumper, RuncContainer, RuncDumper
+from .tree_access import CriuDumper, Dumper, RuncContainer, RuncDumper
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from .. import control_files, engine_api, procs
 from ..artifact.pack import CACHE_DIR
 from ..errors import SnapshotError
 from ..netns import global_addresses
-from .runners import RuncContainer
+from .tree_access import RuncContainer
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ from ..netns import global_addresses, netns_path, rebind_map
 from ..progress import Progress
 from ..timing import PhaseTimer
 from . import workdir
-from .runners import criu_restore
+from .tree_access import criu_restore
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import pytest
 
 from api.manifest import ROOTFS_DIFF_NAME
 from restore_runtime.artifact.rootfs_pack import RootfsTooLarge, pack_upper
-from restore_runtime.executor.runners import RuncDumper
+from restore_runtime.executor.tree_access import RuncDumper
 
 
 @pytest.fixture

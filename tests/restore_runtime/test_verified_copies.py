@@ -17,7 +17,7 @@ import pytest
 from restore_runtime.errors import VerificationError
 from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
 from restore_runtime.executor.restore import RestoreRequest, prepare
-from restore_runtime.executor.runners import criu_restore
+from restore_runtime.executor.tree_access import criu_restore
 from tests.conftest import requires_criu
 from tests.helpers import ask, start_counter
 

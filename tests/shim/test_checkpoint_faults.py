@@ -30,7 +30,7 @@ from devnode.cri import TOOLS_BIN
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
 from restore_runtime.executor.recovery import journals, recover_interrupted
-from restore_runtime.executor.runners import RuncContainer
+from restore_runtime.executor.tree_access import RuncContainer
 from tests.conftest import requires_containerd
 from tests.helpers import ROOT, ask
 
@@ -50,7 +50,7 @@ CHECKPOINTER = """
 import sys
 from pathlib import Path
 from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
-from restore_runtime.executor.runners import RuncContainer
+from restore_runtime.executor.tree_access import RuncContainer
 root, cid, runc, out, ctl, leave = sys.argv[1:]
 checkpoint(CheckpointRequest(output=Path(out), runc_container=RuncContainer(Path(root), cid, runc),
                              control_dir=Path(ctl) if ctl else None, leave_running=leave == "1",
