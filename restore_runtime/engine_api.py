@@ -17,29 +17,26 @@ An engine without the endpoints a profile needs is named with the flag that enab
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import http.client
 import json
 import logging
-import os
 import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from api.quiesce import Engine, Quiesce
 
 from .errors import SnapshotError
+from .netns import in_netns
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 #: the most of an engine's answer read (its JSON answers are tiny)
 MAX_ANSWER = 64 * 1024
 #: the most one call may take, within the operation's deadline
 CALL_TIMEOUT_S = 30.0
 POLL_S = 0.2
-CLONE_NEWNET = 0x40000000
 #: where each engine documents the switch for the endpoints its profile calls
 ENABLE = {
     Engine.VLLM: "start vLLM with VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode",
@@ -51,33 +48,6 @@ KV_CACHE = {"tags": ["kv_cache"]}
 
 class EngineApiError(SnapshotError):
     """The engine refused, answered something else, or took too long."""
-
-
-def in_netns(netns: str, fn: Callable[[], T]) -> T:
-    """``fn()`` on a thread that entered network namespace ``netns`` (a path such as
-    /proc/PID/ns/net): a namespace is per thread, so the caller's stays as it was."""
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            fd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                if libc.setns(fd, CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, f"setns({netns}): {os.strerror(err)}")
-            finally:
-                os.close(fd)
-            out["value"] = fn()
-        except BaseException as e:  # re-raised on the caller's thread
-            out["error"] = e
-
-    t = threading.Thread(target=run, name="engine-api", daemon=True)
-    t.start()
-    t.join()
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
 
 
 class _Api:
@@ -163,7 +133,7 @@ def _run(q: Quiesce, netns: str, steps: Callable[[_Api], None], phase: str) -> f
     t0 = time.monotonic()
     api = _Api(q, t0 + q.timeout_seconds)
     try:
-        in_netns(netns, lambda: steps(api))
+        in_netns(netns, lambda: steps(api))  # the engine's loopback is its namespace's
     except EngineApiError as e:
         e.phase = phase  # what a restore report names as the failed phase
         raise

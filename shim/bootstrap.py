@@ -296,14 +296,14 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdin.buffer.read()  # the runtime options: nothing in them changes the answer
         sys.stdout.buffer.write(runtime_info(VERSION))
         return 0
+    # pydantic looks for plugins in every installed distribution's metadata when the
+    # engine's models load (10 ms of a restore's path): the shim uses none (set before
+    # ``start`` forks its server, which inherits it)
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     if args.action == "start":
-        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # see serve below
         return cmd_start(args, NodeConfig.from_env())
     if args.action == "delete":
         return cmd_delete(args, NodeConfig.from_env())
-    # pydantic looks for plugins in every installed distribution's metadata when the
-    # engine's models load (10 ms of a restore's path): the shim uses none
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     if args.action == "serve":
         import asyncio
 

@@ -53,10 +53,6 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     return key
 
 
-def sign(manifest_bytes: bytes, key: Ed25519PrivateKey) -> bytes:
-    return key.sign(manifest_bytes)
-
-
 def local_signer(path: Path) -> Callable[[bytes], bytes]:
     """A signer from a private key file on this machine (snapshotctl, a one-machine setup);
     a cluster's nodes ask the signer instead, and never hold the key."""

@@ -8,7 +8,6 @@ at any step leaves a journal that executor/recovery.py acts on.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
 import socket
@@ -38,7 +37,7 @@ from ..errors import CudaError, SnapshotError
 from ..netns import global_addresses
 from ..progress import Progress
 from ..timing import PhaseTimer
-from .recovery import Journal
+from .recovery import Journal, resume_in_place
 from .tree_access import CriuDumper, Dumper, RuncContainer, RuncDumper
 
 log = logging.getLogger(__name__)
@@ -342,15 +341,8 @@ def _give_back(req: CheckpointRequest, gpu: _GpuState, quiesced: bool) -> None:
         gpu.resume()
     except SnapshotError as e:
         log.error("could not hand GPU state back to PID %d: %s", req.pid, e)
-    if quiesced and _over_http(req):
+    if quiesced:
         try:
-            engine_api.wake(req.quiesce, f"/proc/{req.pid}/ns/net")
+            resume_in_place(req.pid, req.quiesce if _over_http(req) else None, req.control_dir)
         except SnapshotError as e:
             log.error("could not wake the source (PID %d) again: %s", req.pid, e)
-    elif quiesced and req.control_dir:
-        pod_ips = []
-        with contextlib.suppress(Exception):
-            pod_ips = global_addresses(f"/proc/{req.pid}/ns/net")
-        control_files.complete_restore(
-            req.control_dir, pod_ips[0] if pod_ips else None, {}, mode="resumed-in-place"
-        )

@@ -117,21 +117,31 @@ def give_back(j: Journal) -> list[str]:
     else:
         procs.continue_tree(j.pid)
     actions += _resume_cuda(j.cuda_pids)
-    if j.quiesce is not None:
-        q = Quiesce.model_validate(j.quiesce)
+    q = Quiesce.model_validate(j.quiesce) if j.quiesce is not None else None
+    control = Path(j.control_dir) if j.control_dir else None
+    if q is not None or (control is not None and _quiesced(control)):
         try:
-            engine_api.wake(q, f"/proc/{j.pid}/ns/net")
-            actions.append(f"woke {q.engine} through its API")
+            actions.append(resume_in_place(j.pid, q, control))
         except SnapshotError as e:
-            actions.append(f"could not wake {q.engine} through its API: {e}")
-    elif j.control_dir and _quiesced(Path(j.control_dir)):
-        ips: list[str] = []
-        with contextlib.suppress(Exception):
-            ips = global_addresses(f"/proc/{j.pid}/ns/net")
-        control_files.complete_restore(Path(j.control_dir), ips[0] if ips else None, {},
-                                   mode="resumed-in-place")  # fmt: skip
-        actions.append("resumed the quiesced workload in place")
+            actions.append(f"could not wake {q.engine if q else 'it'} through its API: {e}")
     return actions
+
+
+def resume_in_place(pid: int, quiesce: Quiesce | None, control_dir: Path | None) -> str:
+    """Tell a quiesced source, still alive, that it runs again where it is: through its
+    engine's API (``quiesce``, a profile over HTTP), else the handshake files in
+    ``control_dir``. Says what was done; SnapshotError when the engine will not wake."""
+    if quiesce is not None and quiesce.over_http:
+        engine_api.wake(quiesce, f"/proc/{pid}/ns/net")
+        return f"woke {quiesce.engine} through its API"
+    if control_dir is None:
+        return "nothing to resume"
+    ips: list[str] = []
+    with contextlib.suppress(Exception):
+        ips = global_addresses(f"/proc/{pid}/ns/net")
+    control_files.complete_restore(control_dir, ips[0] if ips else None, {},
+                                   mode="resumed-in-place")  # fmt: skip
+    return "resumed the quiesced workload in place"
 
 
 def _thaw_container(c: RuncContainer) -> list[str]:

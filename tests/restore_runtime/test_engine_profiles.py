@@ -17,6 +17,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -24,11 +25,12 @@ import pytest
 from api.quiesce import Engine, Quiesce
 from devnode import free_port
 from restore_runtime import procs, sandbox
-from restore_runtime.engine_api import EngineApiError, in_netns, quiesce
+from restore_runtime.engine_api import EngineApiError, quiesce
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
 from restore_runtime.executor.recovery import Journal, give_back
 from restore_runtime.executor.restore import RestoreRequest, restore
+from restore_runtime.netns import in_netns
 from tests.conftest import requires_criu
 from tests.helpers import ROOT
 
@@ -73,8 +75,6 @@ def start(tmp_path, ns: str, cleanup_pids, mode: str = "ok",
             generate(ns, port)
             return pid, port
         except OSError:
-            import time
-
             time.sleep(0.1)
     raise AssertionError("the stand-in never answered")
 
