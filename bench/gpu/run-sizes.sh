@@ -14,6 +14,9 @@
 #   SHIM_ONLY=1 SHIM_FLAGS="--quiesce vllm" bash bench/gpu/run-sizes.sh 1.3b
 #       # the worker quiesced and woken through vLLM's sleep-mode API (the vllm engine
 #       # profile: no handshake, no adapter); the restore report times the wake
+#   TAG=vllm-2 SHIM_ONLY=1 SHIM_FLAGS="--quiesce vllm --engines 2" bash bench/gpu/run-sizes.sh 1.3b
+#       # TAG names the results (gpu-shim-proof-1.3b-vllm-2.json), so runs of one size can
+#       # share a call; LOGS (default $OUT) is where the log archives go
 set -uo pipefail
 eval "$(bash bench/gpu/setup-device.sh | tail -1)"
 mkdir -p /opt/node
@@ -52,18 +55,19 @@ for size in "$@"; do
     6.65b) model=(--layers 32 --width 4096 --heads 32) ;;
     *) echo "unknown size $size" >&2; exit 2 ;;
   esac
-  work="/tmp/run-sizes/$size"
+  tag="$size${TAG:+-$TAG}"
+  work="/tmp/run-sizes/$tag"
   mkdir -p "$work"
   port=$((port + 2))
   timeout -s INT "${SHIM_TIMEOUT:-280}" python3 bench/gpu/shim_proof.py --out "$work" \
-    --port "$port" "${model[@]}" --name "gpu-shim-proof-$size" ${SHIM_FLAGS:-} \
+    --port "$port" "${model[@]}" --name "gpu-shim-proof-$tag" ${SHIM_FLAGS:-} \
     2>&1 | tee "$work/shim_proof.log" | tail -8
-  cp "$work/gpu-shim-proof-$size.json" "$OUT/"
+  cp "$work/gpu-shim-proof-$tag.json" "$OUT/"
   grep -h "step \|phase \|thread-seconds" "$work"/*shim*.log 2>/dev/null | tail -12
-  [[ -n "${SHIM_ONLY:-}" ]] && { tar -czf "$OUT/logs-$size.tgz" -C "$work" .; continue; }
+  [[ -n "${SHIM_ONLY:-}" ]] && { tar -czf "${LOGS:-$OUT}/logs-$tag.tgz" -C "$work" .; continue; }
   timeout -s INT 280 python3 bench/gpu/proof.py --out "$work" --port "$((port + 1))" \
-    "${model[@]}" --kv-gb 16 ${PROOF_FLAGS:---leave-running} --name "gpu-bench-$size" 2>&1 \
+    "${model[@]}" --kv-gb 16 ${PROOF_FLAGS:---leave-running} --name "gpu-bench-$tag" 2>&1 \
     | tee "$work/proof.log" | tail -8
-  cp "$work/gpu-bench-$size.json" "$OUT/"
-  tar -czf "$OUT/logs-$size.tgz" -C "$work" --exclude='*.json' .
+  cp "$work/gpu-bench-$tag.json" "$OUT/"
+  tar -czf "${LOGS:-$OUT}/logs-$tag.tgz" -C "$work" --exclude='*.json' .
 done

@@ -12,7 +12,14 @@ With --api-port, it also serves vLLM's sleep-mode endpoints there (``POST /sleep
 engine profile instead of the handshake: sleep frees the KV buffer, wake allocates it again,
 and while asleep the digest port answers nothing.
 
+With --engines N (N > 1) it is a process tree, as engines are (vLLM's API server in front of
+its engine cores): this process serves the ports and never touches CUDA, and N engine
+processes (this file with --rank, each its own model, seeded by rank, on the one GPU) answer
+it over pipes. The digest is then the sha256 of the engines' digests, so a restore is correct
+only when every engine came back bitwise identical.
+
     python worker.py --port 8000 --layers 24 --width 2048 --kv-gb 16 [--api-port 8001]
+                     [--engines 2]
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import json
 import os
 import select
 import socket
+import subprocess
 import sys
 import time
 
@@ -67,6 +75,100 @@ class GPT(nn.Module):
         return self.ln(x) @ self.emb.weight.T
 
 
+class Engine:
+    """One model on the GPU: its digest, and its KV buffer freed for a checkpoint."""
+
+    def __init__(self, args: argparse.Namespace, seed: int = 0) -> None:
+        t0 = time.time()
+        torch.manual_seed(seed)
+        # Weights are made on the CPU and copied over, as a real server loads them from disk.
+        model = GPT(args.layers, args.width, args.heads).to(torch.bfloat16).eval()
+        self.params = sum(p.numel() for p in model.parameters())
+        model = model.cuda()
+        self.weights_s = time.time() - t0
+        self.fn = torch.compile(model, mode="reduce-overhead")
+        gen = torch.Generator().manual_seed(1)
+        self.idx = torch.randint(0, VOCAB, (1, 128), generator=gen).cuda()
+        for _ in range(3):  # compile, record and replay the CUDA graphs
+            self.infer()
+        self.kv_elems = int(args.kv_gb / max(args.engines, 1) * 2**30 / 2)
+        self.kv: torch.Tensor | None = None
+        self.allocate()
+        self.total_s = time.time() - t0
+
+    def infer(self) -> str:
+        with torch.inference_mode():
+            out = self.fn(self.idx)
+            return hashlib.sha256(out.float().cpu().numpy().tobytes()).hexdigest()
+
+    def allocate(self) -> None:
+        if self.kv_elems:
+            self.kv = torch.empty(self.kv_elems, dtype=torch.bfloat16, device="cuda")
+
+    def free(self) -> None:
+        # torch.compile's worker pool holds forked copies of our NVIDIA mappings without
+        # a CUDA context; CRIU cannot dump those, so end it (it restarts on demand).
+        shutdown = getattr(torch._inductor.async_compile, "shutdown_compile_workers", None)
+        if shutdown:
+            shutdown()
+        self.kv = None
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+class Ranks:
+    """The front's view of N engine processes, one line per command over their pipes."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        model = ["--layers", str(args.layers), "--width", str(args.width),
+                 "--heads", str(args.heads), "--kv-gb", str(args.kv_gb),
+                 "--engines", str(args.engines)]  # fmt: skip
+        self.procs = [
+            subprocess.Popen([sys.executable, __file__, "--rank", str(r), *model],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for r in range(args.engines)
+        ]  # fmt: skip
+        self.params = sum(int(self._read(p).split("params=")[1].split()[0]) for p in self.procs)
+
+    def ask(self, command: str) -> list[str]:
+        for p in self.procs:  # all at once: each engine works on its own
+            p.stdin.write(command + "\n")
+            p.stdin.flush()
+        return [self._read(p) for p in self.procs]
+
+    @staticmethod
+    def _read(p: subprocess.Popen) -> str:
+        line = p.stdout.readline()
+        if not line:
+            raise RuntimeError(f"engine process {p.pid} exited ({p.wait()})")
+        return line.strip()
+
+    def infer(self) -> str:
+        return hashlib.sha256("".join(self.ask("infer")).encode()).hexdigest()
+
+    def allocate(self) -> None:
+        self.ask("allocate")
+
+    def free(self) -> None:
+        self.ask("free")
+
+
+def engine_process(args: argparse.Namespace) -> None:
+    """One rank of --engines N: commands on stdin, answers on stdout, logs on stderr."""
+    engine = Engine(args, seed=args.rank)
+    print(f"ready params={engine.params} rank={args.rank}", flush=True)
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "infer":
+            answer = engine.infer()
+        elif command in ("free", "allocate"):
+            getattr(engine, command)()
+            answer = "ok"
+        else:
+            answer = f"unknown command {command!r}"
+        print(answer, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=8000)
@@ -75,63 +177,36 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--kv-gb", type=float, default=16.0)
     ap.add_argument("--api-port", type=int, default=0, help="vLLM's sleep-mode endpoints")
+    ap.add_argument("--engines", type=int, default=1, help="engine processes behind a front")
+    ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.rank >= 0:
+        return engine_process(args)
     t0 = time.time()
-    torch.manual_seed(0)
-    # Weights are made on the CPU and copied over, as a real server loads them from disk.
-    model = GPT(args.layers, args.width, args.heads).to(torch.bfloat16).eval()
-    n_params = sum(p.numel() for p in model.parameters())
-    model = model.cuda()
-    t_weights = time.time() - t0
-    fn = torch.compile(model, mode="reduce-overhead")
-    idx = torch.randint(0, VOCAB, (1, 128), generator=torch.Generator().manual_seed(1)).cuda()
-
-    def infer() -> str:
-        with torch.inference_mode():
-            out = fn(idx)
-            return hashlib.sha256(out.float().cpu().numpy().tobytes()).hexdigest()
-
-    for _ in range(3):  # compile, record and replay the CUDA graphs
-        infer()
-    kv_elems = int(args.kv_gb * 2**30 / 2)
-    state = {"kv": None, "asleep": False}
-
-    def allocate() -> None:
-        if kv_elems:
-            state["kv"] = torch.empty(kv_elems, dtype=torch.bfloat16, device="cuda")
-
-    def free() -> None:
-        # torch.compile's worker pool holds forked copies of our NVIDIA mappings without
-        # a CUDA context; CRIU cannot dump those, so end it (it restarts on demand).
-        shutdown = getattr(torch._inductor.async_compile, "shutdown_compile_workers", None)
-        if shutdown:
-            shutdown()
-        state["kv"] = None
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-
-    allocate()
-    print(f"ready params={n_params} weights_s={t_weights:.1f} total_s={time.time() - t0:.1f}",
-          flush=True)  # fmt: skip
+    engine = Ranks(args) if args.engines > 1 else Engine(args)
+    weights = f" weights_s={engine.weights_s:.1f}" if isinstance(engine, Engine) else ""
+    print(f"ready params={engine.params} engines={args.engines}{weights} "
+          f"total_s={time.time() - t0:.1f}", flush=True)  # fmt: skip
+    state = {"asleep": False}
 
     srv = listen(args.port)
     api = listen(args.api_port) if args.api_port else None
     hs = Handshake()
     while True:
         if hs.enabled and hs.checkpoint_requested():
-            free()
-            hs.signal_ready({"params": n_params})
+            engine.free()
+            hs.signal_ready({"params": engine.params})
             info = hs.wait_for_restore()
-            allocate()
+            engine.allocate()
             print(f"resumed mode={info.mode} podIP={info.pod_ip}", flush=True)
         ready, _, _ = select.select([s for s in (srv, api) if s is not None], [], [], 0.02)
         for s in ready:
             conn, _ = s.accept()
             with conn:
                 if s is api:
-                    vllm_api(conn, state, free, allocate)
+                    vllm_api(conn, state, engine.free, engine.allocate)
                 elif not state["asleep"]:
-                    conn.sendall((infer() + "\n").encode())
+                    conn.sendall((engine.infer() + "\n").encode())
 
 
 def listen(port: int) -> socket.socket:
