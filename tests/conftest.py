@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from devnode.containerd import CONTAINERD2, Containerd
+from devnode.cri import TOOLS_BIN
 from restore_runtime.criu.runner import version_tuple
 
 
@@ -125,6 +126,29 @@ def _containerd2_problem() -> str | None:
 
 
 CONTAINERD2_PROBLEM = _containerd2_problem()
+
+#: a test of a node driven through the CRI (crictl against a private containerd, the shim)
+CRI_NODE = [
+    requires_containerd,
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(not (TOOLS_BIN / "crictl").exists(),
+                       reason=f"crictl not built (make tools: {TOOLS_BIN})"),
+]  # fmt: skip
+
+
+def cluster_marks() -> list[pytest.MarkDecorator]:
+    """A test of the one-node cluster (kubelet, control plane, the chart) on containerd 2."""
+    from devnode import cluster
+
+    return [
+        requires_containerd,
+        pytest.mark.cluster,
+        pytest.mark.root,
+        pytest.mark.slow,
+        pytest.mark.skipif(cluster.missing() is not None, reason=cluster.missing() or ""),
+        pytest.mark.skipif(CONTAINERD2_PROBLEM is not None, reason=CONTAINERD2_PROBLEM or ""),
+    ]
 
 
 @pytest.fixture(scope="session", params=[1, 2], ids=["containerd1.7", "containerd2"])

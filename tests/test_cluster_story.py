@@ -31,7 +31,7 @@ from api import annotations as ann
 from devnode import chart, cluster, project_image, smoke_report
 from devnode.cri import Crictl
 from devnode.probe import ask_line, parse
-from tests.conftest import CONTAINERD2_PROBLEM, requires_containerd
+from tests.conftest import cluster_marks
 from tests.helpers import ask
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,12 +43,7 @@ REPLICAS = "app=cpu-demo,pod-template-hash"
 
 
 pytestmark = [
-    requires_containerd,
-    pytest.mark.cluster,
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.skipif(cluster.missing() is not None, reason=cluster.missing() or ""),
-    pytest.mark.skipif(CONTAINERD2_PROBLEM is not None, reason=CONTAINERD2_PROBLEM or ""),
+    *cluster_marks(),
     pytest.mark.skipif(project_image.missing() is not None, reason=project_image.missing() or ""),
     # the first run on a machine builds the two images' base layers (Debian packages, wheels)
     pytest.mark.timeout(900),

@@ -13,21 +13,14 @@ import subprocess
 import uuid
 from pathlib import Path
 
-import pytest
-
 from api.handshake import RESTORE_REPORT
 from devnode import workloads
 from devnode.containerd import Containerd, admitted
-from devnode.cri import TOOLS_BIN, Crictl
-from tests.conftest import VENV_BIN, requires_containerd
+from devnode.cri import Crictl
+from tests.conftest import CRI_NODE, VENV_BIN
 from tests.helpers import ask
 
-pytestmark = [
-    requires_containerd,
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.skipif(not (TOOLS_BIN / "crictl").exists(), reason="crictl not built (make tools)"),
-]
+pytestmark = CRI_NODE
 PORT = 8080
 COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)
 

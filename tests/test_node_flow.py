@@ -24,24 +24,19 @@ from api import annotations as ann
 from api.handshake import DEFAULT_CONTROL_DIR
 from controller.loop import Controller
 from devnode import oci_registry, workloads
-from devnode.cri import TOOLS_BIN, Crictl
+from devnode.cri import Crictl
 from devnode.webhook import webhook_process
 from kubeclient import api as kube
 from restore_runtime.artifact import oci
 from restore_runtime.artifact.oci import OciError, OciRef, RegistryAccess
 from tests.admission_policy import installed_policy
-from tests.conftest import requires_containerd
+from tests.conftest import CRI_NODE
 from tests.controller.objects import conditions
 from tests.helpers import ROOT, ask, get_json
 from tests.kube_support import resync, settle
 from tests.webhook.conftest import chart_webhook_registered
 
-pytestmark = [
-    requires_containerd,
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.skipif(not (TOOLS_BIN / "crictl").exists(), reason="crictl not built (make tools)"),
-]
+pytestmark = CRI_NODE
 
 NODE = "node-e2e"
 IMAGE = "localhost/snapshot/busybox:1"

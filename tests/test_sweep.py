@@ -15,20 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from devnode import OWNER_ENV, cluster
+from devnode import OWNER_ENV
 from devnode.containerd import Containerd
-from tests.conftest import CONTAINERD2_PROBLEM, requires_containerd
+from tests.conftest import cluster_marks
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = [
-    requires_containerd,
-    pytest.mark.cluster,
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.skipif(cluster.missing() is not None, reason=cluster.missing() or ""),
-    pytest.mark.skipif(CONTAINERD2_PROBLEM is not None, reason=CONTAINERD2_PROBLEM or ""),
-]
+pytestmark = cluster_marks()
 
 #: the killed run: a cluster with one pod (its network namespace, veth, mounts), then it waits
 RUN = textwrap.dedent("""

@@ -20,15 +20,12 @@ import pytest
 from agent import install as inst
 from api.runtime import POD_ANNOTATIONS, RUNTIME_TYPE
 from devnode.containerd import Containerd
-from devnode.cri import TOOLS_BIN, Crictl
-from tests.conftest import CONTAINERD2_PROBLEM, requires_containerd
+from devnode.cri import Crictl
+from tests.conftest import CONTAINERD2_PROBLEM, CRI_NODE
 
 pytestmark = [
-    requires_containerd,
-    pytest.mark.root,
-    pytest.mark.slow,
+    *CRI_NODE,
     pytest.mark.skipif(CONTAINERD2_PROBLEM is not None, reason=CONTAINERD2_PROBLEM or ""),
-    pytest.mark.skipif(not (TOOLS_BIN / "crictl").exists(), reason="crictl not built (make tools)"),
 ]
 ROOT = Path(__file__).resolve().parents[2]
 

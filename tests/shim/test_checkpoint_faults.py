@@ -26,20 +26,14 @@ import pytest
 from api.handshake import CHECKPOINT_REQUESTED, READY_FOR_SNAPSHOT
 from devnode import workloads
 from devnode.containerd import RUNC_ROOT
-from devnode.cri import TOOLS_BIN
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
 from restore_runtime.executor.recovery import journals, recover_interrupted
 from restore_runtime.executor.tree_access import RuncContainer
-from tests.conftest import requires_containerd
+from tests.conftest import CRI_NODE
 from tests.helpers import ROOT, ask
 
-pytestmark = [
-    requires_containerd,
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.skipif(not (TOOLS_BIN / "crictl").exists(), reason="crictl not built (make tools)"),
-]
+pytestmark = CRI_NODE
 IMAGE = "localhost/snapshot/busybox:1"
 PORT = 8080
 COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)

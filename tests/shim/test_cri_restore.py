@@ -23,19 +23,12 @@ import pytest
 from api.handshake import RESTORE_REPORT
 from devnode import workloads
 from devnode.containerd import RUNC_ROOT, admitted
-from devnode.cri import TOOLS_BIN
 from restore_runtime.executor.checkpoint import CheckpointResult
 from restore_runtime.runc import Runc
-from tests.conftest import requires_containerd
+from tests.conftest import CRI_NODE
 from tests.helpers import ask, connect
 
-pytestmark = [
-    requires_containerd,
-    pytest.mark.root,
-    pytest.mark.slow,
-    pytest.mark.skipif(not (TOOLS_BIN / "crictl").exists(),
-                       reason=f"crictl not built (tools/build-cri-tools.sh -> {TOOLS_BIN})"),
-]  # fmt: skip
+pytestmark = CRI_NODE
 
 IMAGE = "localhost/snapshot/busybox:1"
 PORT = 8080

@@ -17,6 +17,7 @@ import yaml
 
 from api import annotations as ann
 from devnode.webhook import webhook_process
+from tests.webhook import objects
 from tests.webhook.conftest import chart_webhook_registered
 
 pytestmark = pytest.mark.slow
@@ -63,14 +64,7 @@ def cluster(control_plane):
 
 
 def pod(snapshot: str | None = "ready", **annotations: str) -> dict:
-    a = {ann.RESTORE_FROM: snapshot} if snapshot else {}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"p-{uuid.uuid4().hex[:8]}", "namespace": NS,
-                     "annotations": {**a, **annotations}},
-        "spec": {"containers": [{"name": "main", "image": "registry.local/llm:1"}]},
-    }  # fmt: skip
+    return objects.pod(snapshot, NS, **annotations)
 
 
 def review(obj: dict, kind: str = "Pod") -> dict:

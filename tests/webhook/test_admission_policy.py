@@ -9,13 +9,12 @@ as the webhook writes it, and unrelated changes (a label) to it."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from api import annotations as ann
 from devnode import chart
 from tests.admission_policy import installed_policy
+from tests.webhook.objects import pod
 
 pytestmark = [
     pytest.mark.slow,
@@ -31,15 +30,6 @@ JSON_PATCH = {"Content-Type": "application/json-patch+json"}
 def guarded(control_plane):
     with installed_policy(control_plane, NS) as c:
         yield c
-
-
-def pod(restore_from: str | None = None, **annotations: str) -> dict:
-    a = {ann.RESTORE_FROM: restore_from} if restore_from else {}
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"p-{uuid.uuid4().hex[:8]}", "annotations": {**a, **annotations}},
-        "spec": {"containers": [{"name": "main", "image": "registry.local/llm:1"}]},
-    }  # fmt: skip
 
 
 def webhook_set(ns: str = NS, name: str = "snap") -> dict[str, str]:
