@@ -100,3 +100,15 @@ def get_json(ip: str, port: int, path: str = "/generate", timeout: float = 60.0)
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def processes(pattern: str) -> list[str]:
+    """``pgrep -af PATTERN``: the matching processes' command lines, pgrep itself left out."""
+    out = subprocess.run(["pgrep", "-af", "--", pattern], capture_output=True, text=True).stdout
+    return [ln for ln in out.splitlines() if "pgrep" not in ln]
+
+
+def shim_pids(container_id: str) -> list[int]:
+    """The shim server(s) started for a container or pod sandbox (its ``start`` command
+    line names the id)."""
+    return [int(ln.split()[0]) for ln in processes(f"-id {container_id} .*start")]

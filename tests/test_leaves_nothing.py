@@ -18,7 +18,7 @@ from devnode import workloads
 from devnode.containerd import Containerd, admitted
 from devnode.cri import Crictl
 from tests.conftest import CRI_NODE, VENV_BIN
-from tests.helpers import ask
+from tests.helpers import ask, processes
 
 pytestmark = CRI_NODE
 PORT = 8080
@@ -40,11 +40,6 @@ def machine_state(ignore: set[str]) -> dict[str, list[str]]:
         ),
         "tmp": sorted(str(p) for p in Path("/tmp").glob("snapshot-*") if str(p) not in ignore),
     }
-
-
-def processes_of(base: Path) -> list[str]:
-    out = subprocess.run(["pgrep", "-af", str(base)], capture_output=True, text=True).stdout
-    return [ln for ln in out.splitlines() if "pgrep" not in ln]
 
 
 def test_a_demo_sized_flow_leaves_the_machine_as_it_was(containerd, tmp_path):
@@ -86,5 +81,5 @@ def test_a_demo_sized_flow_leaves_the_machine_as_it_was(containerd, tmp_path):
         assert machine_state(ignore) != before, "the flow made namespaces, veths, mounts"
     finally:
         node.stop()
-    assert processes_of(base) == []
+    assert processes(str(base)) == []
     assert machine_state(ignore) == before

@@ -10,7 +10,6 @@ wrapper's copied interpreter."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -22,6 +21,7 @@ from api.runtime import POD_ANNOTATIONS, RUNTIME_TYPE
 from devnode.containerd import Containerd
 from devnode.cri import Crictl
 from tests.conftest import CONTAINERD2_PROBLEM, CRI_NODE
+from tests.helpers import processes
 
 pytestmark = [
     *CRI_NODE,
@@ -64,8 +64,7 @@ def test_install_node_registers_the_runtime_in_containerd2(tmp_path):
         ctr = cri.create(pod, cfg, "main", "localhost/snapshot/busybox:1", ["sleep", "1000"])
         cri.run("start", ctr)
         assert cri.run("exec", ctr, "echo", "ok").stdout.strip() == "ok"
-        shims = subprocess.run(["pgrep", "-af", "--", f"-id {pod}"], capture_output=True,
-                               text=True).stdout  # fmt: skip
-        assert str(prefix / "python") in shims, shims
+        shims = processes(f"-id {pod}")
+        assert any(str(prefix / "python") in s for s in shims), shims
     finally:
         node.stop()

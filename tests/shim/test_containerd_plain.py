@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import requires_containerd
+from tests.helpers import shim_pids
 
 pytestmark = [requires_containerd, pytest.mark.root]
 
@@ -107,8 +108,7 @@ def test_sigusr1_dumps_where_the_shim_waits(containerd):
     name = cid("dump")
     containerd.ctr("run", "-d", "--runtime", RUNTIMES[1], IMAGE, name, "sleep", "1000")
     try:
-        pid = int(subprocess.run(["pgrep", "-f", "--", f"-id {name} .*start"],
-                                 capture_output=True, text=True).stdout.split()[0])  # fmt: skip
+        pid = shim_pids(name)[0]
         log = Path(f"/run/containerd/snapshot-shim/k8s.io/shim-{name}.log")
         os.kill(pid, signal.SIGUSR1)
         deadline = time.monotonic() + 10

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -26,7 +25,7 @@ from devnode.containerd import RUNC_ROOT, admitted
 from restore_runtime.executor.checkpoint import CheckpointResult
 from restore_runtime.runc import Runc
 from tests.conftest import CRI_NODE
-from tests.helpers import ask, connect
+from tests.helpers import ask, connect, shim_pids
 
 pytestmark = CRI_NODE
 
@@ -66,7 +65,7 @@ def test_plain_container_logs_exec_exit(cri):
             time.sleep(0.1)
         if handler == "snapshot":
             # the pod's sandbox and container share one shim, keyed on the sandbox id
-            assert shims_for(pod) == 1 and shims_for(ctr) == 0
+            assert len(shim_pids(pod)) == 1 and shim_pids(ctr) == []
         c.run("stop", "-t", "1", ctr)
         assert c.inspect(ctr)["status"]["state"] == "CONTAINER_EXITED"
 
@@ -92,12 +91,6 @@ def test_container_that_exits_during_start(cri, host_network):
         t0 = time.monotonic()
         c.run("stopp", pod)
         assert time.monotonic() - t0 < 20
-
-
-def shims_for(id_: str) -> int:
-    out = subprocess.run(["pgrep", "-f", "--", f"-id {id_} .*start"], capture_output=True,
-                         text=True)  # fmt: skip
-    return len(out.stdout.split())
 
 
 def checkpoint_pod_a(cri, node, namespace: str = "default") -> tuple[CheckpointResult, str, dict]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 import uuid
@@ -25,7 +24,7 @@ import pytest
 
 from devnode import workloads
 from devnode.containerd import admitted
-from tests.helpers import ask
+from tests.helpers import ask, processes, shim_pids
 from tests.shim.test_cri_restore import COUNTER, IMAGE, PORT, start_pod
 from tests.shim.test_cri_restore import pytestmark as cri_marks
 
@@ -33,20 +32,9 @@ pytestmark = cri_marks
 STATE = Path("/run/containerd/snapshot-shim/k8s.io")
 
 
-def _shim_pids(pod: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "--", f"-id {pod} .*start"], capture_output=True,
-                         text=True).stdout  # fmt: skip
-    return [int(p) for p in out.split()]
-
-
 def _mounts_under(path: Path) -> list[str]:
     return [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()
             if ln.split()[4].startswith(str(path))]  # fmt: skip
-
-
-def _processes(pattern: str) -> set[str]:
-    out = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True).stdout
-    return {ln for ln in out.splitlines() if "pgrep" not in ln}
 
 
 def _source(cri, containerd):
@@ -78,7 +66,7 @@ def test_a_shim_killed_mid_restore_leaves_nothing(cri, containerd, tmp_path, mom
     c, pods = cri
     art = _source(cri, containerd)
     uid_pods_before = set(pods)
-    workloads_before = _processes("counter_server")
+    workloads_before = set(processes("counter_server"))
     dirs_before = set(STATE.iterdir())
 
     result: dict = {}
@@ -96,7 +84,7 @@ def test_a_shim_killed_mid_restore_leaves_nothing(cri, containerd, tmp_path, mom
             break
         time.sleep(0.002)
     assert pod and ctr, f"never saw the restore's {moment}"
-    for pid in _shim_pids(pod):
+    for pid in shim_pids(pod):
         os.kill(pid, signal.SIGKILL)
     t.join(120)
     _, _, r = result["start"]
@@ -106,7 +94,7 @@ def test_a_shim_killed_mid_restore_leaves_nothing(cri, containerd, tmp_path, mom
 
     deadline = time.monotonic() + 30
     while (left := [*_mounts_under(STATE / ctr), *map(str, STATE.glob(f"*{ctr}*")),
-                    *_processes(ctr), *(_processes("counter_server") - workloads_before)]
+                    *processes(ctr), *(set(processes("counter_server")) - workloads_before)]
            ) and time.monotonic() < deadline:  # fmt: skip
         time.sleep(0.1)
     assert left == [], "left behind by the killed restore"
