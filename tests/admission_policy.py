@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import time
 from collections.abc import Iterator
-
-import pytest
 
 from api import annotations as ann
 from devnode import chart, free_port
+from tests.helpers import wait_until
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
@@ -66,10 +64,9 @@ def _wait_until_enforced(c, ns: str) -> None:
         "metadata": {"name": "policy-probe", "annotations": {ann.ARTIFACT: "file:///etc"}},
         "spec": {"containers": [{"name": "main", "image": "registry.local/probe:1"}]},
     }  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def refused() -> bool:
         r = c.post(f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All"}, json=forged)
-        if r.status_code == 403:
-            return
-        time.sleep(0.5)
-    pytest.fail("the ValidatingAdmissionPolicy was not enforced within 30s")
+        return r.status_code == 403
+
+    wait_until(refused, "the ValidatingAdmissionPolicy enforced")

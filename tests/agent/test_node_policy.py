@@ -12,6 +12,7 @@ import pytest
 
 from devnode import chart
 from tests.controller.objects import bound_pod
+from tests.helpers import wait_until
 
 pytestmark = [
     pytest.mark.slow,
@@ -85,14 +86,8 @@ def agent_client(control_plane):
 
 
 def _wait_until_enforced(agent) -> None:
-    import time
-
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if patch_pod_status(agent, "theirs").status_code == 403:
-            return
-        time.sleep(0.5)
-    pytest.fail("the agent's node policy was not enforced within 30s")
+    wait_until(lambda: patch_pod_status(agent, "theirs").status_code == 403,
+               "the agent's node policy enforced")  # fmt: skip
 
 
 def patch_pod_status(client, name: str):

@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
 from restore_runtime.executor.recovery import journals, recover_interrupted
 from restore_runtime.executor.tree_access import RuncContainer
 from tests.conftest import CRI_NODE
-from tests.helpers import ROOT, ask
+from tests.helpers import ROOT, ask, wait_until
 
 pytestmark = CRI_NODE
 IMAGE = "localhost/snapshot/busybox:1"
@@ -81,10 +80,8 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def _wait_for(cond, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"never saw {what}"
-        time.sleep(0.002)
+    # finely: each fault is injected in a window of a few milliseconds
+    wait_until(cond, what, timeout, interval=0.002)
 
 
 def _frozen(ctr: str, runc: str) -> bool:
