@@ -32,8 +32,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until(ready: Callable[[], bool], procs: Sequence[subprocess.Popen], what: str,
-               log: Path, timeout: float, poll: float = 0.2) -> None:  # fmt: skip
+def wait_until(ready: Callable[[], bool], procs: Sequence[subprocess.Popen] = (),
+               what: str = "", log: Path | None = None, timeout: float = 30.0,
+               poll: float = 0.2) -> None:  # fmt: skip
     """Poll ``ready()`` (its OSError means not yet) until true; fail with the tail of ``log``
     as soon as one of ``procs`` exits, or after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -49,7 +50,9 @@ def wait_until(ready: Callable[[], bool], procs: Sequence[subprocess.Popen], wha
         time.sleep(poll)
 
 
-def _tail(log: Path, chars: int = 3000) -> str:
+def _tail(log: Path | None, chars: int = 3000) -> str:
+    if log is None:
+        return ""
     try:
         return f"({log})\n" + log.read_text(errors="replace")[-chars:]
     except OSError:

@@ -8,8 +8,7 @@ import contextlib
 from collections.abc import Iterator
 
 from api import annotations as ann
-from devnode import chart, free_port
-from tests.helpers import wait_until
+from devnode import chart, free_port, wait_until
 
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
@@ -69,4 +68,4 @@ def _wait_until_enforced(c, ns: str) -> None:
         r = c.post(f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All"}, json=forged)
         return r.status_code == 403
 
-    wait_until(refused, "the ValidatingAdmissionPolicy enforced")
+    wait_until(refused, what="the ValidatingAdmissionPolicy", poll=0.5)

@@ -112,12 +112,3 @@ def shim_pids(container_id: str) -> list[int]:
     """The shim server(s) started for a container or pod sandbox (its ``start`` command
     line names the id)."""
     return [int(ln.split()[0]) for ln in processes(f"-id {container_id} .*start")]
-
-
-def wait_until(cond, what: str, timeout: float = 30.0, interval: float = 0.5) -> None:
-    """Poll ``cond()`` until it is true; fail the test naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g}s")
-        time.sleep(interval)

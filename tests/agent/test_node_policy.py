@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from devnode import chart
+from devnode import chart, wait_until
 from tests.controller.objects import bound_pod
-from tests.helpers import wait_until
 
 pytestmark = [
     pytest.mark.slow,
@@ -87,7 +86,7 @@ def agent_client(control_plane):
 
 def _wait_until_enforced(agent) -> None:
     wait_until(lambda: patch_pod_status(agent, "theirs").status_code == 403,
-               "the agent's node policy enforced")  # fmt: skip
+               what="the agent's node policy", poll=0.5)  # fmt: skip
 
 
 def patch_pod_status(client, name: str):

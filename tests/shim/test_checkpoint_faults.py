@@ -23,14 +23,14 @@ from pathlib import Path
 import pytest
 
 from api.handshake import CHECKPOINT_REQUESTED, READY_FOR_SNAPSHOT
-from devnode import workloads
+from devnode import wait_until, workloads
 from devnode.containerd import RUNC_ROOT
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
 from restore_runtime.executor.recovery import journals, recover_interrupted
 from restore_runtime.executor.tree_access import RuncContainer
 from tests.conftest import CRI_NODE
-from tests.helpers import ROOT, ask, wait_until
+from tests.helpers import ROOT, ask
 
 pytestmark = CRI_NODE
 IMAGE = "localhost/snapshot/busybox:1"
@@ -81,7 +81,7 @@ def _kill(proc: subprocess.Popen) -> None:
 
 def _wait_for(cond, what: str, timeout: float = 60.0) -> None:
     # finely: each fault is injected in a window of a few milliseconds
-    wait_until(cond, what, timeout, interval=0.002)
+    wait_until(cond, what=what, timeout=timeout, poll=0.002)
 
 
 def _frozen(ctr: str, runc: str) -> bool:
