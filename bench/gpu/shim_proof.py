@@ -54,6 +54,7 @@ from api.runtime import RUNTIME_TYPE  # noqa: E402
 from devnode import workloads  # noqa: E402
 from devnode.containerd import BUSYBOX_IMAGE, RUNC_ROOT, Containerd  # noqa: E402
 from devnode.probe import first_response  # noqa: E402
+from shim.bootstrap import SANDBOX_ID  # noqa: E402  (what groups a pod's containers)
 
 # unique ids: runc state of an interrupted earlier run must not collide
 RUN = uuid.uuid4().hex[:6]
@@ -176,10 +177,6 @@ def stop(node: Containerd, container: str) -> None:
             break
         time.sleep(0.5)
     remove(node, container)
-
-
-#: the CRI's annotation that groups a pod's containers into its sandbox's shim
-SANDBOX_ID = "io.kubernetes.cri.sandbox-id"
 
 
 def remove(node: Containerd, container: str) -> None:

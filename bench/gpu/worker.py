@@ -94,7 +94,6 @@ class Engine:
         self.kv_elems = int(args.kv_gb / max(args.engines, 1) * 2**30 / 2)
         self.kv: torch.Tensor | None = None
         self.allocate()
-        self.total_s = time.time() - t0
 
     def infer(self) -> str:
         with torch.inference_mode():
