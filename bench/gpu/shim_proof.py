@@ -51,7 +51,7 @@ from api.annotations import (  # noqa: E402
 from api.handshake import RESTORE_REPORT  # noqa: E402
 from api.node import FILL_THREADS_ENV  # noqa: E402
 from api.runtime import RUNTIME_TYPE  # noqa: E402
-from devnode import workloads  # noqa: E402
+from devnode import wait_until, workloads  # noqa: E402
 from devnode.containerd import BUSYBOX_IMAGE, RUNC_ROOT, Containerd  # noqa: E402
 from devnode.probe import first_response  # noqa: E402
 from shim.bootstrap import SANDBOX_ID  # noqa: E402  (what groups a pod's containers)
@@ -227,13 +227,13 @@ def start_sandbox(node: Containerd, pod: str) -> None:
     node.ctr("run", "-d", "--net-host", "--runtime", RUNTIME_TYPE,
              "--annotation", f"{CONTAINER_TYPE}=sandbox", "--annotation", f"{SANDBOX_ID}={pod}",
              BUSYBOX_IMAGE, pod, "sleep", "3600")  # fmt: skip
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:  # the kubelet's image pull and setup take longer
+
+    def loaded() -> bool:
         log = shim_log_of(pod)
-        if log and "engine loaded" in log.read_text():
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"the sandbox {pod}'s shim did not load the engine in 20 s")
+        return log is not None and "engine loaded" in log.read_text()
+
+    # 20 s: the kubelet's image pull and pod setup take longer than the engine's load
+    wait_until(loaded, what=f"the sandbox {pod}'s shim loading the engine", timeout=20, poll=0.05)
 
 
 def restore_one(node: Containerd, args, art: Path, ck: dict, dst: str, work: Path,
