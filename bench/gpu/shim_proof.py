@@ -54,7 +54,6 @@ from api.runtime import RUNTIME_TYPE  # noqa: E402
 from devnode import wait_until, workloads  # noqa: E402
 from devnode.containerd import BUSYBOX_IMAGE, RUNC_ROOT, Containerd  # noqa: E402
 from devnode.probe import first_response  # noqa: E402
-from shim.bootstrap import SANDBOX_ID  # noqa: E402  (what groups a pod's containers)
 
 # unique ids: runc state of an interrupted earlier run must not collide
 RUN = uuid.uuid4().hex[:6]
@@ -177,6 +176,11 @@ def stop(node: Containerd, container: str) -> None:
             break
         time.sleep(0.5)
     remove(node, container)
+
+
+#: the CRI's annotation that groups a pod's containers into its sandbox's shim (the shim's
+#: bootstrap has the same literal; bench may not import the shim, tests/test_layering.py)
+SANDBOX_ID = "io.kubernetes.cri.sandbox-id"
 
 
 def remove(node: Containerd, container: str) -> None:
