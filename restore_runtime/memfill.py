@@ -49,7 +49,9 @@ _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
                        ctypes.c_long]  # fmt: skip
 _libc.mmap.restype = ctypes.c_void_p
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_PROT_READ, _MAP_SHARED = 1, 1
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_PROT_READ, _MAP_SHARED, _MADV_POPULATE_READ = 1, 1, 22
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _ZEROS = memoryview(bytes(_BLOCK))
 
@@ -94,21 +96,33 @@ def _write(pid: int, local: int, remote: int, length: int) -> None:
 
 
 class _Mapped:
-    """A chunk of the file mapped read-only (libc's mmap: Python's read-only mmap objects
-    do not give their address). The hash and ``process_vm_writev`` read the page cache in
-    place, so the read's copy of every byte is gone: on a GPU node that copy took over a
-    quarter of the fill's thread-seconds (6.2 of 21.8 for 15 GB). Only the index's ranges
-    are touched, so a hole is never faulted in (on tmpfs that would allocate it). A file
-    truncated under the mapping would raise SIGBUS, and one changed under it could differ
-    between hash and write: restores read from a store only root can write
-    (binding.root_only)."""
+    """The whole file mapped read-only, once, for every thread (libc's mmap: Python's
+    read-only mmap objects do not give their address). The hash and ``process_vm_writev``
+    read the page cache in place, so the read's copy of every byte is gone: on a GPU node
+    that copy took over a quarter of the fill's thread-seconds (6.2 of 21.8 for 15 GB).
 
-    def __init__(self, fd: int, offset: int, length: int) -> None:
-        addr = _libc.mmap(None, length, _PROT_READ, _MAP_SHARED, fd, offset)
+    One mapping, unmapped after the last thread: an unmapping per chunk took the address
+    space's lock for writing between every thread's page faults, and halved the fill on an
+    H200 node. Each block's ranges are populated with one ``MADV_POPULATE_READ`` rather than
+    a fault per 64 KiB. Only the ranges are touched, so a hole is never faulted in (on tmpfs
+    that would allocate it). A file truncated under the mapping would raise SIGBUS, and one
+    changed under it could differ between hash and write: only a store that only root can
+    write (binding.root_only) is read this way."""
+
+    def __init__(self, fd: int, length: int) -> None:
+        addr = _libc.mmap(None, length, _PROT_READ, _MAP_SHARED, fd, 0)
         if addr in (None, _MAP_FAILED):
             err = ctypes.get_errno()
-            raise SnapshotError(f"mapping the memory file at {offset}: {os.strerror(err)}")
+            raise SnapshotError(f"mapping the memory file: {os.strerror(err)}")
         self.addr, self.length = addr, length
+        self._populate = True
+
+    def populate(self, at: int, length: int) -> None:
+        """Fault ``[at, at + length)`` in with one call (Linux 5.14; else page by page)."""
+        if self._populate:
+            lo = (self.addr + at) & ~(_PAGE - 1)
+            if _libc.madvise(lo, self.addr + at + length - lo, _MADV_POPULATE_READ) != 0:
+                self._populate = False  # an older kernel: page faults will do it
 
     def view(self, at: int, length: int) -> memoryview:
         return memoryview((ctypes.c_char * length).from_address(self.addr + at)).cast("B")
@@ -117,34 +131,32 @@ class _Mapped:
         _libc.munmap(self.addr, self.length)
 
 
-def _chunk(path: Path, plan: _Plan, algorithm: FileDigest, mapped: bool, index: int,
+def _chunk(path: Path, plan: _Plan, algorithm: FileDigest, m: _Mapped | None, index: int,
            offset: int, length: int) -> tuple[str, dict]:  # fmt: skip
-    """Hash chunk ``index`` and write it where it belongs; returns its digest and the seconds
-    this thread spent in each step."""
+    """Hash chunk ``index`` and write it where it belongs (from ``m``, else read from
+    ``path``); returns its digest and the seconds this thread spent in each step."""
     h = new_hash(algorithm)
     spent = dict.fromkeys(("read", "hash", "write"), 0.0)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    m: _Mapped | None = None
-    raw = bytearray(0 if mapped else min(_BLOCK, length))
+    fd = -1 if m else os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    raw = bytearray(0 if m else min(_BLOCK, length))
     buf = (ctypes.c_char * len(raw)).from_buffer(raw)
     try:
-        if mapped:
-            if os.fstat(fd).st_size < offset + length:  # mapped past the end would SIGBUS
-                raise _truncated(index)
-            m = _Mapped(fd, offset, length)
         done = 0
         while done < length:
             n = min(_BLOCK, length - done)
             t0 = time.perf_counter()
+            pieces = list(plan.pieces(offset + done, n))
             if m is None:
                 n = os.preadv(fd, [memoryview(raw)[:n]], offset + done)
                 if n <= 0:
                     raise _truncated(index)
                 base = ctypes.addressof(buf)
             else:
-                base = m.addr + done
+                base = m.addr + offset + done
+                if pieces:
+                    m.populate(offset + done + pieces[0][2],
+                               pieces[-1][2] + pieces[-1][3] - pieces[0][2])  # fmt: skip
             t1 = time.perf_counter()
-            pieces = list(plan.pieces(offset + done, n))
             if m is None:
                 h.update(memoryview(raw)[:n])
             else:
@@ -155,7 +167,7 @@ def _chunk(path: Path, plan: _Plan, algorithm: FileDigest, mapped: bool, index: 
                     if start < at:  # the index check refuses these before any fill
                         raise SnapshotError(f"the memory index overlaps itself in chunk {index}")
                     h.update(_ZEROS[: start - at])
-                    h.update(m.view(done + start, size))
+                    h.update(m.view(offset + done + start, size))
                     at = start + size
                 h.update(_ZEROS[: n - at])
             t2 = time.perf_counter()
@@ -168,15 +180,24 @@ def _chunk(path: Path, plan: _Plan, algorithm: FileDigest, mapped: bool, index: 
             done += n
     finally:
         del buf
-        if m is not None:
-            m.close()
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
     return h.hexdigest(), spent
 
 
 def _truncated(index: int) -> VerificationError:
-    why = f"shorter than its manifest entry (chunk {index})"
+    why = "shorter than its manifest entry" + (f" (chunk {index})" if index >= 0 else "")
     return VerificationError([Problem(MEMORY_PAGES, "truncated", why)])
+
+
+def _map(path: Path, size: int) -> _Mapped:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_size != size:  # mapped past the end would raise SIGBUS
+            raise _truncated(-1)
+        return _Mapped(fd, size)
+    finally:
+        os.close(fd)  # the mapping keeps the file
 
 
 def fill(path: Path, chunk_size: int, digests: list[str], algorithm: FileDigest,
@@ -197,8 +218,13 @@ def fill(path: Path, chunk_size: int, digests: list[str], algorithm: FileDigest,
     log.info("memory index: %d range(s) of %d process(es), median %d bytes, %.2f GB",
              len(lengths), len(host_pid), lengths[len(lengths) // 2] if lengths else 0,
              sum(lengths) / 1e9)  # fmt: skip
-    with ThreadPoolExecutor(workers or default_workers()) as pool:
-        results = list(pool.map(lambda c: _chunk(path, plan, algorithm, mapped, *c), chunks))
+    m = _map(path, size) if mapped and size else None
+    try:
+        with ThreadPoolExecutor(workers or default_workers()) as pool:
+            results = list(pool.map(lambda c: _chunk(path, plan, algorithm, m, *c), chunks))
+    finally:
+        if m is not None:
+            m.close()
     got = [d for d, _ in results]
     # where the threads' time went, summed over them: read, hash or write bound
     log.info("fill thread-seconds: %s", {k: round(sum(s[k] for _, s in results), 2)
