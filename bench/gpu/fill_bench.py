@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import hashlib
-import itertools
 import json
 import mmap
 import os
@@ -107,21 +106,23 @@ def replay(artifact: Path, threads: int | None = None) -> dict:
     out: dict = {"ranges": len(lengths), "bytes": sum(lengths), "processes": len(by_pid),
                  "length_p10_p50_p90": [lengths[len(lengths) * q // 10] for q in (1, 5, 9)],
                  "runs": []}  # fmt: skip
-    for mapped, huge in itertools.product((True, False), (True, False)):
-        pid, moved = _layout_target(ranges, huge)
-        t0 = time.monotonic()
-        try:
-            memfill.fill(artifact / MEMORY_PAGES, manifest.chunk_size, entry.digests,
-                         manifest.file_digest, moved, {1: pid}, threads, mapped)  # fmt: skip
-            dt, err = time.monotonic() - t0, None
-        except Exception as e:  # other processes' ranges fail their chunks' digests
-            dt, err = time.monotonic() - t0, f"{type(e).__name__}: {e}"[:300]
-        finally:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        gb_s = round(out["bytes"] / dt / 1e9, 2)
-        out["runs"].append({"mapped": mapped, "huge": huge, "seconds": round(dt, 3),
-                            "gb_s": gb_s, "error": err})  # fmt: skip
+    for block in (1 << 20, 4 << 20):
+        for huge in (True, False):
+            pid, moved = _layout_target(ranges, huge)
+            memfill._BLOCK, t0 = block, time.monotonic()
+            try:
+                memfill.fill(artifact / MEMORY_PAGES, manifest.chunk_size, entry.digests,
+                             manifest.file_digest, moved, {1: pid}, threads)  # fmt: skip
+                dt, err = time.monotonic() - t0, None
+            except Exception as e:  # other processes' ranges fail their chunks' digests
+                dt, err = time.monotonic() - t0, f"{type(e).__name__}: {e}"[:300]
+            finally:
+                memfill._BLOCK = 1 << 20
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            gb_s = round(out["bytes"] / dt / 1e9, 2)
+            out["runs"].append({"block": block, "huge": huge, "seconds": round(dt, 3),
+                                "gb_s": gb_s, "error": err})  # fmt: skip
     return out
 
 
@@ -131,7 +132,7 @@ def _raw(src: mmap.mmap, pid: int, addr: int, threads: int) -> None:
 
     def one(off: int) -> None:
         buf = (ctypes.c_char * min(CHUNK_SIZE, len(src) - off)).from_address(base + off)
-        memfill._write(pid, ctypes.addressof(buf), addr + off, len(buf))
+        memfill._write(pid, buf, 0, addr + off, len(buf))
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(one, pieces))
@@ -190,7 +191,7 @@ def main() -> int:
                 res["runs"].append(run)
                 print(json.dumps(run), flush=True)
             for huge in (False, True):
-                for kind in ("raw", "fill", "fill-read", "fill-sha256"):
+                for kind in ("raw", "fill", "fill-sha256"):
                     pid, addr = _target(size, huge)
                     t0 = time.monotonic()
                     if kind == "raw":
@@ -199,7 +200,7 @@ def main() -> int:
                         algorithm = "sha256" if kind == "fill-sha256" else FILE_DIGEST
                         memfill.fill(path, CHUNK_SIZE, digests[algorithm], algorithm,
                                      [MemoryRange(pid=1, vaddr=addr, length=size, offset=0)],
-                                     {1: pid}, threads, kind != "fill-read")  # fmt: skip
+                                     {1: pid}, threads)  # fmt: skip
                     dt = time.monotonic() - t0
                     os.kill(pid, signal.SIGKILL)
                     os.waitpid(pid, 0)

@@ -247,9 +247,6 @@ class Restore:
                     self.memory_index.ranges,
                     procs.host_pids_by_ns_pid(pid),
                     threads := self.req.fill_threads or memfill.default_workers(),
-                    # read in place only from a store that only root can change (checked in
-                    # verify): a mapped file changed under the fill would raise SIGBUS
-                    mapped=self.req.store_root is not None,
                 )
             self.filled = n
             log.info("filled %.2f GB of memory in %.2fs with %d threads", n / 1e9,

@@ -77,20 +77,17 @@ def _digests(content: bytes) -> list[str]:
 DATA = [0, 3 * MIB, CHUNK + 2 * MIB, 2 * CHUNK]
 
 
-@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "read"])
-def test_the_index_ranges_land_bitwise_and_its_gaps_stay_untouched(tmp_path, target, mapped):
+def test_the_index_ranges_land_bitwise_and_its_gaps_stay_untouched(tmp_path, target):
     pid, addr = target
     path, content = _pages_file(tmp_path, DATA)
     # the index names the data blocks only; the holes between them are gaps
     ranges = [MemoryRange(pid=7, vaddr=addr + off, length=MIB, offset=off) for off in DATA]
-    n = memfill.fill(path, CHUNK, _digests(content), FILE_DIGEST, ranges, {7: pid}, workers=2,
-                     mapped=mapped)  # fmt: skip
+    n = memfill.fill(path, CHUNK, _digests(content), FILE_DIGEST, ranges, {7: pid}, workers=2)
     assert n == len(content)
     assert _read(pid, addr, len(content)) == content
 
 
-@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "read"])
-def test_a_changed_byte_in_a_range_fails_its_chunk(tmp_path, target, mapped):
+def test_a_changed_byte_in_a_range_fails_its_chunk(tmp_path, target):
     pid, addr = target
     path, content = _pages_file(tmp_path, DATA)
     digests = _digests(content)
@@ -100,62 +97,21 @@ def test_a_changed_byte_in_a_range_fails_its_chunk(tmp_path, target, mapped):
         f.write(bytes([content[at] ^ 0xFF]))
     ranges = [MemoryRange(pid=7, vaddr=addr + off, length=MIB, offset=off) for off in DATA]
     with pytest.raises(VerificationError, match=r"mismatch in chunk\(s\) \[1\]"):
-        memfill.fill(path, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2,
-                     mapped=mapped)  # fmt: skip
+        memfill.fill(path, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2)
 
 
-def test_the_mapped_fill_never_reads_a_gap(tmp_path, target):
-    """A gap (a hole at checkpoint) is hashed as zeros and never read: a byte changed there
-    reaches neither the digest nor the tree. The copying fill reads it and refuses the
-    chunk; both leave the tree with the signed bytes only."""
-    pid, addr = target
-    path, content = _pages_file(tmp_path, DATA)
-    at = CHUNK + 3 * MIB + 5  # between the second chunk's data and the third chunk
-    with open(path, "r+b") as f:
-        f.seek(at)
-        f.write(b"\xff")
-    ranges = [MemoryRange(pid=7, vaddr=addr + off, length=MIB, offset=off) for off in DATA]
-    memfill.fill(path, CHUNK, _digests(content), FILE_DIGEST, ranges, {7: pid}, workers=2)
-    assert _read(pid, addr, len(content)) == content
-    with pytest.raises(VerificationError, match=r"mismatch in chunk\(s\) \[1\]"):
-        memfill.fill(path, CHUNK, _digests(content), FILE_DIGEST, ranges, {7: pid}, workers=2,
-                     mapped=False)  # fmt: skip
-
-
-@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "read"])
-def test_a_store_without_holes_keeps_data_in_the_gaps_and_still_fills(tmp_path, target, mapped):
-    """Where punching holes is unsupported, the checkpoint leaves the pages it copied out in
-    the memory file, outside the index: signed as they are, not as zeros."""
-    pid, addr = target
-    path, content = _pages_file(tmp_path, DATA)
-    at = CHUNK + 3 * MIB
-    junk = os.urandom(4096)
-    with open(path, "r+b") as f:
-        f.seek(at)
-        f.write(junk)
-    signed = _digests(content[:at] + junk + content[at + len(junk) :])
-    ranges = [MemoryRange(pid=7, vaddr=addr + off, length=MIB, offset=off) for off in DATA]
-    memfill.fill(path, CHUNK, signed, FILE_DIGEST, ranges, {7: pid}, workers=2, mapped=mapped)
-    assert _read(pid, addr, len(content)) == content  # the gap's bytes are never written
-
-
-@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "read"])
-def test_a_file_cut_short_is_refused_not_a_crash(tmp_path, target, mapped):
-    """A memory file shorter than its manifest says: its last chunk fails its digest, and
-    nothing is mapped past the file's end (a read there would kill the restoring process
-    with SIGBUS)."""
+def test_a_file_cut_short_is_refused_not_a_crash(tmp_path, target):
+    """A memory file shorter than its manifest says: its last chunk fails its digest."""
     pid, addr = target
     path, content = _pages_file(tmp_path, DATA)
     digests = _digests(content)
     os.truncate(path, 2 * CHUNK + MIB // 2)  # the last block of data loses its second half
     ranges = [MemoryRange(pid=7, vaddr=addr + off, length=MIB, offset=off) for off in DATA]
     with pytest.raises(VerificationError, match="chunk"):
-        memfill.fill(path, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2,
-                     mapped=mapped)  # fmt: skip
+        memfill.fill(path, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2)
 
 
-@pytest.mark.parametrize("mapped", [True, False], ids=["mapped", "read"])
-def test_gaps_are_hashed_as_zeros_and_never_read_into_the_page_cache(target, mapped):
+def test_gaps_are_hashed_as_zeros_and_never_read_into_the_page_cache(target):
     """A memory file on tmpfs (a store in /dev/shm): its holes are the zero blocks the
     checkpoint saved; filling them in (reading them through a mapping would) costs that
     memory again."""
@@ -167,8 +123,7 @@ def test_gaps_are_hashed_as_zeros_and_never_read_into_the_page_cache(target, map
         path, content = _pages_file(shm, DATA)
         before = os.stat(path).st_blocks
         ranges = [MemoryRange(pid=7, vaddr=addr + off, length=MIB, offset=off) for off in DATA]
-        memfill.fill(path, CHUNK, _digests(content), FILE_DIGEST, ranges, {7: pid}, workers=2,
-                     mapped=mapped)  # fmt: skip
+        memfill.fill(path, CHUNK, _digests(content), FILE_DIGEST, ranges, {7: pid}, workers=2)
         assert os.stat(path).st_blocks == before, "the fill allocated the file's holes"
     finally:
         shutil.rmtree(shm)
