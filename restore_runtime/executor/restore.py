@@ -179,7 +179,7 @@ class Restore:
         step = self.timer.step
         with self.phase("setup"):
             # the shim read CRIU's version ahead (req.criu_version); asking again here cost
-            # a pod's restore 0.09 s on an H100 node
+            # a restore from `ctr run` 0.09 s on an H100 node
             criu = runner.require_version(req.criu_version)
             # cuInit goes on meanwhile; the gates read GPUs from /proc
             with step("host"):

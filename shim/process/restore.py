@@ -178,15 +178,11 @@ def wants_warm_up(spec: dict) -> bool:
 def _load_engine(node: NodeConfig) -> None:
     # ~0.1 s, most of it pydantic and the manifest's models; the key ~0.1 s more (cryptography)
     from restore_runtime.artifact.node_access import verify_key
-    from restore_runtime.cuda.driver import cuda_driver_version
     from restore_runtime.executor import restore as _  # noqa: F401
 
     from . import io as _io  # noqa: F401
 
     verify_key(node)
-    # the CUDA bindings and the driver library, which the compatibility gates load to read
-    # the driver's CUDA version (no cuInit: no context, nothing on the GPU); None without one
-    cuda_driver_version()
 
 
 async def warm_up(runc, node: NodeConfig) -> None:
