@@ -102,6 +102,10 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--fill-threads", type=int, default=0, metavar="N",
                    help="threads that fill a restore's memory into the tree (0: the node's "
                         "CPUs, at most 16)")  # fmt: skip
+    n.add_argument("--fill-ledger", type=lambda v: v.strip().lower() not in ("false", "0", "no"),
+                   default=True, metavar="BOOL",
+                   help="restores skip hashing memory-file chunks this node already verified, "
+                        "on a local store (default true)")  # fmt: skip
     n.add_argument("--host-to-container", action="append", default=[], type=Path,
                    metavar="HOST_PATH",
                    help="a host path the agent mounts with HostToContainer propagation (the "
@@ -207,7 +211,8 @@ def cmd_install_node(args: argparse.Namespace) -> int:
 
     check_host_mounts(args.host_to_container)
     node = _oci_node(args, store_root=args.store, signing_required=args.signing_required,
-                     fill_threads=args.fill_threads or None)  # fmt: skip
+                     fill_threads=args.fill_threads or None,
+                     fill_ledger=args.fill_ledger)  # fmt: skip
     verify_key = args.verify_key
     if signer := _remote_signer(args):
         verify_key = Path(tempfile.mkdtemp()) / "verify.pem"

@@ -19,6 +19,7 @@ OCI_AUTH_FILE_ENV = "SNAPSHOT_OCI_AUTH_FILE"
 OCI_CACHE_MAX_BYTES_ENV = "SNAPSHOT_OCI_CACHE_MAX_BYTES"
 OCI_PULL_TIMEOUT_ENV = "SNAPSHOT_OCI_PULL_TIMEOUT"
 FILL_THREADS_ENV = "SNAPSHOT_FILL_THREADS"
+FILL_LEDGER_ENV = "SNAPSHOT_FILL_LEDGER"
 #: how much a node's cache of pulled artifacts may hold (the chart's storage.oci.cacheMaxGB)
 DEFAULT_CACHE_MAX_BYTES = 200 * 1024**3
 STATE_DIR_ENV = "SNAPSHOT_SHIM_STATE_DIR"
@@ -44,6 +45,9 @@ class NodeConfig:
     oci_pull_timeout_s: float = 90.0
     #: threads that fill a restore's memory file into the tree; None: min(CPUs, 16)
     fill_threads: int | None = None
+    #: a memory-file chunk verified once on this node (local stores only) is not hashed by
+    #: later or concurrent restores of the same file version (restore_runtime/fill_ledger.py)
+    fill_ledger: bool = True
     #: containerd's state directory (the shim keeps its sockets and state under it) and the
     #: root of runc's state, one directory per containerd namespace below it
     state_dir: Path = CONTAINERD_STATE
@@ -56,6 +60,7 @@ class NodeConfig:
         required = env.get(SIGNING_REQUIRED_ENV, "true").strip().lower()
         auth = env.get(OCI_AUTH_FILE_ENV)
         fill = int(env.get(FILL_THREADS_ENV) or 0)
+        ledger = env.get(FILL_LEDGER_ENV, "true").strip().lower()
         return cls(
             store_root=Path(env.get(STORE_ROOT_ENV) or DEFAULT_STORE_ROOT),
             verify_key_path=Path(key) if key else None,
@@ -65,6 +70,7 @@ class NodeConfig:
             oci_cache_max_bytes=int(env.get(OCI_CACHE_MAX_BYTES_ENV) or cls.oci_cache_max_bytes),
             oci_pull_timeout_s=float(env.get(OCI_PULL_TIMEOUT_ENV) or cls.oci_pull_timeout_s),
             fill_threads=fill if fill > 0 else None,
+            fill_ledger=ledger not in ("false", "0", "no"),
             state_dir=Path(env.get(STATE_DIR_ENV) or CONTAINERD_STATE),
             runc_root=Path(env.get(RUNC_ROOT_ENV) or RUNC_ROOT_BASE),
         )
@@ -83,8 +89,16 @@ class NodeConfig:
         env[OCI_PULL_TIMEOUT_ENV] = str(self.oci_pull_timeout_s)
         if self.fill_threads:
             env[FILL_THREADS_ENV] = str(self.fill_threads)
+        if not self.fill_ledger:
+            env[FILL_LEDGER_ENV] = "false"
         if self.state_dir != CONTAINERD_STATE:
             env[STATE_DIR_ENV] = str(self.state_dir)
         if self.runc_root != RUNC_ROOT_BASE:
             env[RUNC_ROOT_ENV] = str(self.runc_root)
         return env
+
+    @property
+    def fill_ledger_dir(self) -> Path | None:
+        """Where restores record the memory-file chunks they verified; None: off. Not a name
+        a containerd namespace can take beside the shim's per-namespace directories."""
+        return self.state_dir / "snapshot-shim" / ".fill-ledger" if self.fill_ledger else None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from api.annotations import RestoreOutcome
 from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S
+from api.node import NodeConfig
 from api.paths import DEFAULT_RUNC_ROOT
 from api.quiesce import Engine, Quiesce
 from api.report import RestoreReport
@@ -75,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the restore report as JSON")
     r.add_argument("--fill-threads", type=int, metavar="N",
                    help="threads filling the memory file (default: min(CPUs, 16))")  # fmt: skip
+    r.add_argument("--fill-ledger", type=Path, metavar="DIR",
+                   default=NodeConfig.from_env().fill_ledger_dir,
+                   help="root-only directory of the memory-file chunks this node verified, "
+                        "as the shim uses it (default: the shim's)")  # fmt: skip
 
     v = sub.add_parser("verify", help="check an artifact's digests and signature")
     v.add_argument("artifact", type=Path)
@@ -166,6 +171,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
                 netns=args.netns,
                 skip_compat=args.skip_compat,
                 fill_threads=args.fill_threads,
+                fill_ledger=args.fill_ledger,
             ),
             Progress(enabled=None if not args.json else False),
         )

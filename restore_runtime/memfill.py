@@ -11,7 +11,11 @@ cost little to read) but never faulted into the tree. Finding them here instead 
 slower on an H200 node: a scan holds the GIL, and each ``lseek(SEEK_DATA)`` takes the file's
 lock, on which the threads queue. A chunk's bytes reach the tree before its digest is
 compared, but the tree has not run one instruction: any mismatch, short read or short write
-raises, and the caller kills the tree."""
+raises, and the caller kills the tree.
+
+With a ledger (fill_ledger.py), a chunk that a restore on this node already verified, of this
+very file version, is read and written but not hashed again; concurrent restores of one
+artifact hash each chunk once between them."""
 
 from __future__ import annotations
 
@@ -21,7 +25,9 @@ import itertools
 import logging
 import os
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from api.manifest import FileDigest
@@ -29,6 +35,7 @@ from api.memory import MEMORY_PAGES, MemoryRange
 
 from .artifact.hashing import new_hash
 from .errors import Problem, SnapshotError, VerificationError
+from .fill_ledger import Ledger
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +93,10 @@ def _write(pid: int, buf: ctypes.Array, at: int, remote: int, length: int) -> No
 
 
 def _chunk(path: Path, plan: _Plan, algorithm: FileDigest, index: int, offset: int,
-           length: int) -> tuple[str, dict]:  # fmt: skip
-    """Hash chunk ``index`` and write it where it belongs; returns its digest and the seconds
-    this thread spent in each step."""
-    h = new_hash(algorithm)
+           length: int, verify: bool = True) -> tuple[str | None, dict]:  # fmt: skip
+    """Write chunk ``index`` where it belongs, hashing it unless ``verify`` is off; returns its
+    digest (None unhashed) and the seconds this thread spent in each step."""
+    h = new_hash(algorithm) if verify else None
     raw = bytearray(min(_BLOCK, length))
     buf = (ctypes.c_char * len(raw)).from_buffer(raw)
     view = memoryview(raw)
@@ -104,7 +111,8 @@ def _chunk(path: Path, plan: _Plan, algorithm: FileDigest, index: int, offset: i
                 raise VerificationError([Problem(MEMORY_PAGES, "truncated", "shorter than its "
                                                  f"manifest entry (chunk {index})")])  # fmt: skip
             t1 = time.perf_counter()
-            h.update(view[:n])
+            if h is not None:
+                h.update(view[:n])
             t2 = time.perf_counter()
             for pid, remote, at, size in plan.pieces(offset + done, n):
                 _write(pid, buf, at, remote, size)
@@ -116,15 +124,50 @@ def _chunk(path: Path, plan: _Plan, algorithm: FileDigest, index: int, offset: i
     finally:
         del buf
         os.close(fd)
-    return h.hexdigest(), spent
+    return (h.hexdigest() if h is not None else None), spent
+
+
+@dataclass(frozen=True)
+class FillResult:
+    bytes: int
+    #: chunks this fill hashed, and chunks it took as verified from the node's ledger
+    hashed: int
+    trusted: int
+
+
+_Chunk = tuple[int, int, int]  # index, offset, length
+
+
+def _drain(todo: deque, path: Path, plan: _Plan, algorithm: FileDigest, digests: list[str],
+           ledger: Ledger | None, out: dict) -> None:  # fmt: skip
+    """One thread: fill chunks off ``todo`` until none is left. A chunk another restore is
+    hashing goes to the back once; met again, it is hashed here too, never waited for."""
+    while True:
+        try:
+            (i, offset, length), deferred = todo.popleft()
+        except IndexError:
+            return
+        claim = ledger.claim(i) if ledger is not None else None
+        if ledger is not None and claim is None and not deferred:
+            todo.append(((i, offset, length), True))
+            continue
+        try:
+            trusted = claim is not None and claim.verified
+            digest, spent = _chunk(path, plan, algorithm, i, offset, length, verify=not trusted)
+            if claim is not None and not trusted and digest == digests[i]:
+                claim.mark()
+        finally:
+            if claim is not None:
+                claim.release()
+        out[i] = digest, spent
 
 
 def fill(path: Path, chunk_size: int, digests: list[str], algorithm: FileDigest,
-         ranges: list[MemoryRange], host_pid: dict[int, int],
-         workers: int | None = None) -> int:  # fmt: skip
+         ranges: list[MemoryRange], host_pid: dict[int, int], workers: int | None = None,
+         ledger: Ledger | None = None) -> FillResult:  # fmt: skip
     """Write ``path``'s bytes into the stopped tree (``host_pid``: the images' PIDs to the
-    host's), checking chunk ``i`` against ``digests[i]``. Returns the bytes written; raises
-    VerificationError on a mismatch, SnapshotError on a failed write."""
+    host's), checking chunk ``i`` against ``digests[i]`` unless ``ledger`` says this node
+    already did. Raises VerificationError on a mismatch, SnapshotError on a failed write."""
     size = os.stat(path).st_size
     plan = _Plan(ranges, host_pid)
     offsets = range(0, size, chunk_size)
@@ -136,14 +179,26 @@ def fill(path: Path, chunk_size: int, digests: list[str], algorithm: FileDigest,
     log.info("memory index: %d range(s) of %d process(es), median %d bytes, %.2f GB",
              len(lengths), len(host_pid), lengths[len(lengths) // 2] if lengths else 0,
              sum(lengths) / 1e9)  # fmt: skip
-    with ThreadPoolExecutor(workers or default_workers()) as pool:
-        results = list(pool.map(lambda c: _chunk(path, plan, algorithm, *c), chunks))
-    got = [d for d, _ in results]
+    todo: deque[tuple[_Chunk, bool]] = deque((c, False) for c in chunks)
+    out: dict[int, tuple[str | None, dict]] = {}
+    n = workers or default_workers()
+    with ThreadPoolExecutor(n) as pool:
+        for f in [pool.submit(_drain, todo, path, plan, algorithm, digests, ledger, out)
+                  for _ in range(n)]:  # fmt: skip
+            f.result()
+    results = [out[i] for i in range(len(chunks))]
     # where the threads' time went, summed over them: read, hash or write bound
     log.info("fill thread-seconds: %s", {k: round(sum(s[k] for _, s in results), 2)
                                          for k in ("read", "hash", "write")})  # fmt: skip
-    bad = [i for i, (a, b) in enumerate(zip(got, digests, strict=True)) if a != b]
+    bad = [i for i, ((a, _), b) in enumerate(zip(results, digests, strict=True))
+           if a is not None and a != b]  # fmt: skip
     if bad:
         raise VerificationError([Problem(MEMORY_PAGES, "modified", f"{algorithm} mismatch in "
                                          f"chunk(s) {bad[:5]}")])  # fmt: skip
-    return size
+    trusted = sum(a is None for a, _ in results)
+    if trusted and ledger is not None and not ledger.unchanged():
+        raise VerificationError([Problem(MEMORY_PAGES, "modified", "the memory file changed "
+                                         "while it was filled in")])  # fmt: skip
+    if trusted:
+        log.info("fill: %d of %d chunk(s) verified before on this node", trusted, len(chunks))
+    return FillResult(size, len(chunks) - trusted, trusted)

@@ -75,16 +75,22 @@ def start_worker(args, port: int, ctl: Path, log: Path) -> int:
 
 def raw_fill(art: Path, pid: int) -> int:
     """The memory file into the stopped tree, as the engine's fill phase does (hashing each
-    chunk as it goes: the raw path is ours without containerd, runc and the checks around)."""
+    chunk as it goes unless the node's ledger has it, as the shim's: the raw path is ours
+    without containerd, runc and the checks around)."""
     from api.manifest import Manifest
     from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
+    from api.node import NodeConfig
     from restore_runtime import memfill, procs
+    from restore_runtime.fill_ledger import Ledger
 
     manifest = Manifest.from_json((art / "manifest.json").read_bytes())
     entry = next((f for f in manifest.files if f.path == MEMORY_PAGES), None)
     if entry is None:  # an artifact without a memory file: CRIU restored every page
         return 0
     index = MemoryIndex.from_json((art / MEMORY_INDEX).read_bytes())
+    ledger_dir = NodeConfig().fill_ledger_dir  # the shim's, so both find the same marks
+    ledger = ledger_dir and Ledger.open(ledger_dir, art / MEMORY_PAGES, manifest.file_digest,
+                                        entry.digests)  # fmt: skip
     return memfill.fill(
         art / MEMORY_PAGES,
         manifest.chunk_size,
@@ -92,7 +98,8 @@ def raw_fill(art: Path, pid: int) -> int:
         manifest.file_digest,
         index.ranges,
         procs.host_pids_by_ns_pid(pid),
-    )
+        ledger=ledger or None,
+    ).bytes
 
 
 def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dict:

@@ -76,12 +76,18 @@ def round_of(n: int, start: Callable[[str, str], subprocess.CompletedProcess],
             netns_del(f"snap-{c}")
 
 
-def curve(rounds: list[int], **kw) -> dict:
+def curve(rounds: list[int], before: Callable[[], None] | None = None, suffix: str = "",
+          **kw) -> dict:  # fmt: skip
+    """Round ``n`` for each of ``rounds``, keyed ``f"{n}{suffix}"``; ``before`` runs ahead of
+    each (the node's fill ledger emptied, for rounds that start cold)."""
     out: dict = {}
     for n in rounds:
+        key = f"{n}{suffix}"
         try:
-            out[str(n)] = round_of(n, **kw)
+            if before is not None:
+                before()
+            out[key] = round_of(n, **kw)
         except Exception as e:  # keep the rounds that ran
-            out[str(n)] = {"error": f"{type(e).__name__}: {e}"}
-        print(json.dumps({n: out[str(n)].get("slowest_first_response_s")}), flush=True)
+            out[key] = {"error": f"{type(e).__name__}: {e}"}
+        print(json.dumps({key: out[key].get("slowest_first_response_s")}), flush=True)
     return out

@@ -49,7 +49,7 @@ from api.annotations import (  # noqa: E402
     SANDBOX_NAMESPACE,
 )
 from api.handshake import RESTORE_REPORT  # noqa: E402
-from api.node import FILL_THREADS_ENV  # noqa: E402
+from api.node import FILL_THREADS_ENV, NodeConfig  # noqa: E402
 from api.runtime import RUNTIME_TYPE  # noqa: E402
 from devnode import wait_until, workloads  # noqa: E402
 from devnode.containerd import BUSYBOX_IMAGE, RUNC_ROOT, Containerd  # noqa: E402
@@ -315,9 +315,15 @@ def concurrency(node: Containerd, args, worker: list[str], work: Path) -> dict:
     def same(answer: str) -> bool:
         return (state_digest(answer) if args.smoke else answer) == ref
 
-    rounds = replicas.curve([int(n) for n in args.replicas.split(",")], start=start,
-                            port=args.port, same=same, report_of=report_of, run=RUN,
-                            cleanup=lambda c: stop(node, c))  # fmt: skip
+    ledger = NodeConfig().fill_ledger_dir
+    assert ledger is not None
+    kw = dict(start=start, port=args.port, same=same, report_of=report_of, run=RUN,
+              cleanup=lambda c: stop(node, c))  # fmt: skip
+    ns = [int(n) for n in args.replicas.split(",")]
+    # each round first with the node's fill ledger empty (every chunk hashed, by one replica
+    # of those at once), then with it full (every chunk verified by an earlier restore)
+    rounds = replicas.curve(ns, before=lambda: shutil.rmtree(ledger, ignore_errors=True), **kw)
+    rounds |= replicas.curve(ns, suffix="-warm", **kw)
     return {"cold_start_s": round(cold_s, 3), "rounds": rounds}
 
 

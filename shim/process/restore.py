@@ -222,7 +222,7 @@ async def restore_init(p, t: RestoreTarget, node: NodeConfig) -> RestoreReport:
             admitted_digest=t.annotations.manifest_digest,
             require_signature=node.signing_required, oci_spec=t.spec,
             image_digest=t.image_digest, work_dir=p.workdir / "restore",
-            fill_threads=node.fill_threads,
+            fill_threads=node.fill_threads, fill_ledger=node.fill_ledger_dir,
         )  # fmt: skip
         r = await asyncio.to_thread(prepare, req)
     except Exception as e:

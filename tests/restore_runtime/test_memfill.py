@@ -3,11 +3,8 @@ with an untouched private anonymous mapping stands where CRIU's restored tree wo
 
 from __future__ import annotations
 
-import ctypes
-import mmap
 import os
 import shutil
-import signal
 import tempfile
 from pathlib import Path
 
@@ -19,28 +16,9 @@ from restore_runtime import memfill
 from restore_runtime.artifact.hashing import new_hash
 from restore_runtime.errors import VerificationError
 
-CHUNK = 4 << 20
+from .conftest import CHUNK
+
 MIB = 1 << 20
-
-
-@pytest.fixture
-def target():
-    """(pid, address) of a stopped child with 3 chunks of untouched private anonymous memory;
-    killed afterwards."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        m = mmap.mmap(-1, 3 * CHUNK, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        os.write(w, ctypes.addressof(ctypes.c_char.from_buffer(m)).to_bytes(8, "little"))
-        os.kill(os.getpid(), signal.SIGSTOP)
-        os._exit(0)
-    os.close(w)
-    addr = int.from_bytes(os.read(r, 8), "little")
-    os.close(r)
-    os.waitpid(pid, os.WSTOPPED)
-    yield pid, addr
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
 
 
 def _read(pid: int, addr: int, n: int) -> bytes:
@@ -83,7 +61,7 @@ def test_the_index_ranges_land_bitwise_and_its_gaps_stay_untouched(tmp_path, tar
     # the index names the data blocks only; the holes between them are gaps
     ranges = [MemoryRange(pid=7, vaddr=addr + off, length=MIB, offset=off) for off in DATA]
     n = memfill.fill(path, CHUNK, _digests(content), FILE_DIGEST, ranges, {7: pid}, workers=2)
-    assert n == len(content)
+    assert n.bytes == len(content)
     assert _read(pid, addr, len(content)) == content
 
 
