@@ -14,7 +14,8 @@ the fill. Root on this node can change the bytes anyway, and holds the node's ke
 The ledger is one byte per chunk in a file of a root-only directory (tmpfs: it starts empty at
 boot). A restore hashing a chunk holds an open-file-description lock on that byte, which the
 kernel drops if the restore dies; another restore meeting the lock fills other chunks first
-and, meeting it again, hashes that chunk itself rather than wait."""
+and, meeting it again, waits a bounded time for the mark before hashing that chunk itself.
+Each restore starts at a random chunk, so restores that start together meet late."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ STALE_S = 24 * 3600.0
 #: timestamp tick would leave its change time as it was
 SETTLE_S = 2.0
 _MARK = b"\x01"
+_POLL_S = 0.002
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -114,19 +116,25 @@ class Ledger:
         _prune(root)
         return cls(root / key.hexdigest(), ident, memory_file)
 
-    def claim(self, index: int) -> Claim | None:
-        """Chunk ``index``'s byte, locked; None while another restore holds it."""
+    def claim(self, index: int, wait_s: float = 0.0) -> Claim | None:
+        """Chunk ``index``'s byte, locked; None while another restore holds it past
+        ``wait_s`` (polled: a blocking lock could not give up)."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        lock = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, index, 1, 0)
+        deadline = time.monotonic() + wait_s
         try:
-            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET,
-                                                           index, 1, 0))  # fmt: skip
-        except BlockingIOError:
-            os.close(fd)
-            return None
+            while True:
+                try:
+                    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, lock)
+                    return Claim(fd, index)
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        os.close(fd)
+                        return None
+                    time.sleep(_POLL_S)
         except BaseException:
             os.close(fd)
             raise
-        return Claim(fd, index)
 
     def unchanged(self) -> bool:
         """Whether the memory file is still the version the marks were made for (asked after

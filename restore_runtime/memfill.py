@@ -24,6 +24,7 @@ import ctypes
 import itertools
 import logging
 import os
+import random
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,9 @@ from .fill_ledger import Ledger
 log = logging.getLogger(__name__)
 
 _BLOCK = 1024 * 1024
+#: how long a thread waits for a chunk another restore is hashing (about ten times one
+#: 64 MiB chunk's hash on a loaded GPU node) before hashing it itself
+WAIT_S = 1.0
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -141,13 +145,14 @@ _Chunk = tuple[int, int, int]  # index, offset, length
 def _drain(todo: deque, path: Path, plan: _Plan, algorithm: FileDigest, digests: list[str],
            ledger: Ledger | None, out: dict) -> None:  # fmt: skip
     """One thread: fill chunks off ``todo`` until none is left. A chunk another restore is
-    hashing goes to the back once; met again, it is hashed here too, never waited for."""
+    hashing goes to the back once; met again, it is waited for up to ``WAIT_S`` (the other
+    restore's hash is most of the work it saves), then hashed here too."""
     while True:
         try:
             (i, offset, length), deferred = todo.popleft()
         except IndexError:
             return
-        claim = ledger.claim(i) if ledger is not None else None
+        claim = ledger.claim(i, WAIT_S if deferred else 0.0) if ledger is not None else None
         if ledger is not None and claim is None and not deferred:
             todo.append(((i, offset, length), True))
             continue
@@ -179,6 +184,9 @@ def fill(path: Path, chunk_size: int, digests: list[str], algorithm: FileDigest,
     log.info("memory index: %d range(s) of %d process(es), median %d bytes, %.2f GB",
              len(lengths), len(host_pid), lengths[len(lengths) // 2] if lengths else 0,
              sum(lengths) / 1e9)  # fmt: skip
+    if ledger is not None:  # restores that start together begin apart (fill_ledger.py)
+        start = random.randrange(len(chunks)) if chunks else 0
+        chunks = chunks[start:] + chunks[:start]
     todo: deque[tuple[_Chunk, bool]] = deque((c, False) for c in chunks)
     out: dict[int, tuple[str | None, dict]] = {}
     n = workers or default_workers()
@@ -186,7 +194,7 @@ def fill(path: Path, chunk_size: int, digests: list[str], algorithm: FileDigest,
         for f in [pool.submit(_drain, todo, path, plan, algorithm, digests, ledger, out)
                   for _ in range(n)]:  # fmt: skip
             f.result()
-    results = [out[i] for i in range(len(chunks))]
+    results = [out[i] for i in range(len(digests))]
     # where the threads' time went, summed over them: read, hash or write bound
     log.info("fill thread-seconds: %s", {k: round(sum(s[k] for _, s in results), 2)
                                          for k in ("read", "hash", "write")})  # fmt: skip

@@ -86,7 +86,7 @@ def curve(rounds: list[int], before: Callable[[], None] | None = None, suffix: s
         try:
             if before is not None:
                 before()
-            out[key] = round_of(n, **kw)
+            out[key] = round_of(n, **{**kw, "run": kw["run"] + suffix})  # names unused yet
         except Exception as e:  # keep the rounds that ran
             out[key] = {"error": f"{type(e).__name__}: {e}"}
         print(json.dumps({key: out[key].get("slowest_first_response_s")}), flush=True)

@@ -117,7 +117,7 @@ def test_a_file_on_another_file_system_than_a_local_one_gets_no_ledger(tmp_path)
     assert fill_ledger.fs_type(tmp_path) in fill_ledger.LOCAL_FS
 
 
-def test_a_chunk_another_restore_is_hashing_is_hashed_here_without_waiting(tmp_path, target):
+def test_a_chunk_another_restore_holds_is_hashed_here_after_a_bounded_wait(tmp_path, target):
     pid, addr = target
     path, content, digests, ranges = _setup(tmp_path, pid, addr)
     root = tmp_path / "ledger"
@@ -133,7 +133,7 @@ def test_a_chunk_another_restore_is_hashing_is_hashed_here_without_waiting(tmp_p
 
     res: list = []
     threading.Thread(target=run, daemon=True).start()
-    assert done.wait(30), "the fill waited on the other restore's chunk"
+    assert done.wait(30), "the fill waited on the other restore's chunk past its bound"
     assert res[0].hashed == 3
     assert held.claim(0) is None  # still the other restore's
     claim.release()
