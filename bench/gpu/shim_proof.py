@@ -324,6 +324,14 @@ def concurrency(node: Containerd, args, worker: list[str], work: Path) -> dict:
     # of those at once), then with it full (every chunk verified by an earlier restore)
     rounds = replicas.curve(ns, before=lambda: shutil.rmtree(ledger, ignore_errors=True), **kw)
     rounds |= replicas.curve(ns, suffix="-warm", **kw)
+    if args.replica_fill_threads:  # fewer fill threads per replica, when many restore at once
+        t = args.replica_fill_threads
+        shim_bin(work, t)  # read at each shim's start
+        many = [n for n in ns if n > 1]
+        rounds |= replicas.curve(many, suffix=f"-t{t}", before=lambda: shutil.rmtree(
+            ledger, ignore_errors=True), **kw)  # fmt: skip
+        rounds |= replicas.curve(many, suffix=f"-t{t}-warm", **kw)
+        shim_bin(work)
     return {"cold_start_s": round(cold_s, 3), "rounds": rounds}
 
 
@@ -338,6 +346,13 @@ def main() -> int:
     ap.add_argument("--name", default="gpu-shim-proof")
     ap.add_argument("--restores", type=int, default=2, help="restores in a row, one at a time")
     ap.add_argument("--replicas", default="", help="then N at once, e.g. 1,2,4")
+    ap.add_argument(
+        "--replica-fill-threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then the rounds of more than one replica again, N fill threads each",
+    )
     ap.add_argument(
         "--thp-trial",
         action="store_true",
