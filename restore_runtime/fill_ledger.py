@@ -15,7 +15,12 @@ The ledger is one byte per chunk in a file of a root-only directory (tmpfs: it s
 boot). A restore hashing a chunk holds an open-file-description lock on that byte, which the
 kernel drops if the restore dies; another restore meeting the lock fills other chunks first
 and, meeting it again, waits a bounded time for the mark before hashing that chunk itself.
-Each restore starts at a random chunk, so restores that start together meet late."""
+Each restore starts at a random chunk, so restores that start together meet late.
+
+The directory also counts the node's fills under way (a locked byte each in ``fills``), so
+that N fills at once share the node's cores instead of each running all its threads: four
+fills of 16 threads on 16 cores took 0.69-0.74 s each, of 4 threads 0.49-0.52 s (an H100 node,
+every chunk verified before)."""
 
 from __future__ import annotations
 
@@ -42,6 +47,17 @@ STALE_S = 24 * 3600.0
 SETTLE_S = 2.0
 _MARK = b"\x01"
 _POLL_S = 0.002
+#: the file whose locked bytes count the node's fills under way, and how many it counts
+FILLS = "fills"
+_SLOTS = 64
+_OPEN = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+_FLOCK = "hhqqi"  # struct flock: type, whence, start, length, pid (0 for OFD locks)
+
+
+def _lock(kind: int, byte: int) -> bytes:
+    return struct.pack(_FLOCK, kind, os.SEEK_SET, byte, 1, 0)
+
+
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -113,14 +129,44 @@ class Ledger:
         ident = Identity.of(st)
         key = blake3(struct.pack("<4Q", ident.dev, ident.ino, ident.size, ident.ctime_ns))
         key.update(algorithm.encode() + b"\0" + "\0".join(digests).encode())
-        _prune(root)
+        _prune(root, keep={FILLS})
         return cls(root / key.hexdigest(), ident, memory_file)
+
+    # -- the node's fills under way: one locked byte each in the directory's FILLS file ----
+    def enter(self) -> None:
+        """Count this fill among the node's until ``leave`` (or its death: the kernel drops
+        the lock). Beyond ``_SLOTS`` fills at once, the others go uncounted."""
+        fd = os.open(self.path.parent / FILLS, _OPEN, 0o600)
+        for slot in range(_SLOTS):
+            try:
+                fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _lock(fcntl.F_WRLCK, slot))
+                self._slot_fd = fd
+                return
+            except BlockingIOError:
+                continue
+        os.close(fd)
+
+    def leave(self) -> None:
+        if (fd := getattr(self, "_slot_fd", None)) is not None:
+            os.close(fd)
+            self._slot_fd = None
+
+    def fills(self) -> int:
+        """How many fills are under way on this node, this one included."""
+        fd = os.open(self.path.parent / FILLS, _OPEN, 0o600)
+        try:
+            held = sum(struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_OFD_GETLK,
+                                                         _lock(fcntl.F_WRLCK, s)))[0]
+                       != fcntl.F_UNLCK for s in range(_SLOTS))  # fmt: skip
+        finally:
+            os.close(fd)
+        return max(1, held)
 
     def claim(self, index: int, wait_s: float = 0.0) -> Claim | None:
         """Chunk ``index``'s byte, locked; None while another restore holds it past
         ``wait_s`` (polled: a blocking lock could not give up)."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        lock = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, index, 1, 0)
+        fd = os.open(self.path, _OPEN, 0o600)
+        lock = _lock(fcntl.F_WRLCK, index)
         deadline = time.monotonic() + wait_s
         try:
             while True:
@@ -145,10 +191,12 @@ class Ledger:
             return False
 
 
-def _prune(root: Path) -> None:
+def _prune(root: Path, keep: set[str]) -> None:
     cutoff = time.time() - STALE_S
     with os.scandir(root) as it:
         for e in it:
+            if e.name in keep:
+                continue
             try:
                 st = e.stat(follow_symlinks=False)
                 if os.path.stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:

@@ -137,21 +137,46 @@ class FillResult:
     #: chunks this fill hashed, and chunks it took as verified from the node's ledger
     hashed: int
     trusted: int
+    #: threads that took part (fewer than asked when other fills ran on the node)
+    threads: int
 
 
 _Chunk = tuple[int, int, int]  # index, offset, length
 
 
-def _drain(todo: deque, path: Path, plan: _Plan, algorithm: FileDigest, digests: list[str],
-           ledger: Ledger | None, out: dict) -> None:  # fmt: skip
-    """One thread: fill chunks off ``todo`` until none is left. A chunk another restore is
-    hashing goes to the back once; met again, it is waited for up to ``WAIT_S`` (the other
-    restore's hash is most of the work it saves), then hashed here too."""
-    while True:
+class _Share:
+    """This fill's share of its threads while others fill on the node: ``workers`` divided
+    by the fills under way, counted again at most every ``RECOUNT_S``."""
+
+    RECOUNT_S = 0.01
+
+    def __init__(self, ledger: Ledger | None, workers: int) -> None:
+        self.ledger, self.workers = ledger, workers
+        self.at, self.threads = 0.0, workers
+        self.used: set[int] = set()
+
+    def allows(self, thread: int) -> bool:
+        if self.ledger is None or thread == 0:
+            return True
+        now = time.monotonic()
+        if now - self.at > self.RECOUNT_S:
+            self.at, self.threads = now, max(1, self.workers // self.ledger.fills())
+        return thread < self.threads
+
+
+def _drain(thread: int, share: _Share, todo: deque, path: Path, plan: _Plan,
+           algorithm: FileDigest, digests: list[str], ledger: Ledger | None,
+           out: dict) -> None:  # fmt: skip
+    """One thread: fill chunks off ``todo`` until none is left, or until its share of the
+    node's cores no longer includes it (it ends; the others finish the queue). A chunk
+    another restore is hashing goes to the back once; met again, it is waited for up to
+    ``WAIT_S`` (the other restore's hash is most of the work it saves), then hashed here."""
+    while share.allows(thread):
         try:
             (i, offset, length), deferred = todo.popleft()
         except IndexError:
             return
+        share.used.add(thread)
         claim = ledger.claim(i, WAIT_S if deferred else 0.0) if ledger is not None else None
         if ledger is not None and claim is None and not deferred:
             todo.append(((i, offset, length), True))
@@ -190,10 +215,17 @@ def fill(path: Path, chunk_size: int, digests: list[str], algorithm: FileDigest,
     todo: deque[tuple[_Chunk, bool]] = deque((c, False) for c in chunks)
     out: dict[int, tuple[str | None, dict]] = {}
     n = workers or default_workers()
-    with ThreadPoolExecutor(n) as pool:
-        for f in [pool.submit(_drain, todo, path, plan, algorithm, digests, ledger, out)
-                  for _ in range(n)]:  # fmt: skip
-            f.result()
+    share = _Share(ledger, n)
+    if ledger is not None:
+        ledger.enter()
+    try:
+        with ThreadPoolExecutor(n) as pool:
+            for f in [pool.submit(_drain, t, share, todo, path, plan, algorithm, digests,
+                                  ledger, out) for t in range(n)]:  # fmt: skip
+                f.result()
+    finally:
+        if ledger is not None:
+            ledger.leave()
     results = [out[i] for i in range(len(digests))]
     # where the threads' time went, summed over them: read, hash or write bound
     log.info("fill thread-seconds: %s", {k: round(sum(s[k] for _, s in results), 2)
@@ -209,4 +241,4 @@ def fill(path: Path, chunk_size: int, digests: list[str], algorithm: FileDigest,
                                          "while it was filled in")])  # fmt: skip
     if trusted:
         log.info("fill: %d of %d chunk(s) verified before on this node", trusted, len(chunks))
-    return FillResult(size, len(chunks) - trusted, trusted)
+    return FillResult(size, len(chunks) - trusted, trusted, len(share.used))

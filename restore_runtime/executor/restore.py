@@ -262,13 +262,13 @@ class Restore:
                     manifest.file_digest,
                     self.memory_index.ranges,
                     procs.host_pids_by_ns_pid(pid),
-                    threads := self.req.fill_threads or memfill.default_workers(),
+                    self.req.fill_threads or memfill.default_workers(),
                     ledger,
                 )
             self.filled = filled.bytes
-            log.info("filled %.2f GB of memory in %.2fs with %d threads (%d chunk(s) hashed, "
-                     "%d verified before on this node)", filled.bytes / 1e9,
-                     self.timer.result()["fill"], threads, filled.hashed,
+            log.info("filled %.2f GB of memory in %.2fs with %d thread(s) (%d chunk(s) "
+                     "hashed, %d verified before on this node)", filled.bytes / 1e9,
+                     self.timer.result()["fill"], filled.threads, filled.hashed,
                      filled.trusted)  # fmt: skip
         with self.phase("verify-wait"):
             if problems := self._late.result():

@@ -152,3 +152,25 @@ def test_a_chunk_that_failed_its_digest_is_never_marked(tmp_path, target):
     with pytest.raises(VerificationError, match=r"mismatch in chunk\(s\) \[1\]"):
         _fill(path, digests, ranges, pid, tmp_path / "ledger")
     assert os.path.isdir(tmp_path / "ledger")
+
+
+def test_fills_at_once_on_a_node_share_its_threads(tmp_path, target):
+    """Three other fills under way (their slots held here, as their processes would): a fill
+    asked for four threads runs on one, and fills everything."""
+    pid, addr = target
+    path, content, digests, ranges = _setup(tmp_path, pid, addr)
+    root = tmp_path / "ledger"
+    others = [Ledger.open(root, path, FILE_DIGEST, digests) for _ in range(3)]
+    for o in others:
+        assert o is not None
+        o.enter()
+    try:
+        assert others[0].fills() == 3
+        crowded = memfill.fill(path, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=4,
+                               ledger=Ledger.open(root, path, FILE_DIGEST, digests))  # fmt: skip
+    finally:
+        for o in others:
+            o.leave()
+    assert crowded.threads == 1
+    assert _read(pid, addr, len(content)) == content
+    assert others[0].fills() == 1  # none held now: never fewer than one
