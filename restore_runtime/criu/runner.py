@@ -57,6 +57,22 @@ def require_version(v: str | None = None) -> str:
     return v
 
 
+#: CRIU stamps each log line with the seconds since it started: "(00.123456) ..."
+_STAMP = re.compile(rb"^\((\d+\.\d+)\)", re.MULTILINE)
+
+
+def own_seconds(log_path: Path) -> float | None:
+    """How long CRIU itself ran, from the last time stamp of its log; None without one.
+    Through runc, the rest of a restore's CRIU phase is runc's (its start, cgroups, mounts)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            stamps = _STAMP.findall(f.read())
+    except OSError:
+        return None
+    return float(stamps[-1]) if stamps else None
+
+
 def error_lines(log: str, limit: int = 20) -> list[str]:
     lines = [
         ln.strip()

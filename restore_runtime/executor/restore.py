@@ -232,6 +232,14 @@ class Restore:
         if self.memory is not None:
             self._index = self._pool.submit(_memory_index, self.verified, self.memory.size)
 
+    def log_criu_share(self) -> None:
+        """After the criu phase: how much of it CRIU itself ran (its log's last stamp); the
+        rest is the caller's (through runc: its start, cgroups, mounts, the RPC)."""
+        own = runner.own_seconds(self.work / "restore.log")
+        phase = self.timer.result().get("criu")
+        if own is not None and phase is not None:
+            log.info("  CRIU itself ran %.3fs of the criu phase's %.3fs", own, phase)
+
     def restore_failed(self, e: SnapshotError) -> SnapshotError:
         """The error to report for a failed CRIU restore: when the artifact's pages also fail
         verification, that is the cause worth naming."""

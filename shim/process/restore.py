@@ -238,6 +238,7 @@ async def restore_init(p, t: RestoreTarget, node: NodeConfig) -> RestoreReport:
                                      p.io.child, criu_config=CRIU_CONFIG)  # fmt: skip
             except SnapshotError as e:
                 raise r.restore_failed(e) from None
+        r.log_criu_share()
         report = await asyncio.to_thread(r.finish, p.read_pid())
     except Exception as e:
         if p.io is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from restore_runtime.criu import options
-from restore_runtime.criu.runner import error_lines, version_tuple
+from restore_runtime.criu.runner import error_lines, own_seconds, version_tuple
 
 
 def flag_value(args: list[str], flag: str) -> str:
@@ -74,3 +74,13 @@ def test_a_mount_criu_cannot_dump_is_named(tmp_path):
     e = failure("dump (runc checkpoint)", 1, log, [])
     assert e.log_lines[0].startswith("the mount at /usr/local/nvidia (device 0xfe00010")
     assert "a mount of its own" in str(e) and "Dumping FAILED" in str(e)
+
+
+def test_own_seconds_is_the_last_stamp_of_a_long_log(tmp_path):
+    log = tmp_path / "restore.log"
+    filler = "".join(f"({i / 1e4:09.6f}) mnt: line {i}\n" for i in range(2000))
+    log.write_text(filler + "(00.155518) Running post-resume scripts\n\tRPC\n")
+    assert own_seconds(log) == 0.155518
+    log.write_text("criu: no stamps here\n")
+    assert own_seconds(log) is None
+    assert own_seconds(tmp_path / "absent.log") is None
