@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S
-from api.node import DEFAULT_CACHE_MAX_BYTES, DEFAULT_STORE_ROOT, NodeConfig
+from api.node import DEFAULT_CACHE_MAX_BYTES, DEFAULT_STORE_ROOT, NodeConfig, switch
 from api.paths import DEFAULT_RUNC_ROOT
 from restore_runtime.artifact.oci import OciRef
 from restore_runtime.cli import dispatch
@@ -102,8 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--fill-threads", type=int, default=0, metavar="N",
                    help="threads that fill a restore's memory into the tree (0: the node's "
                         "CPUs, at most 16)")  # fmt: skip
-    n.add_argument("--fill-ledger", type=lambda v: v.strip().lower() not in ("false", "0", "no"),
-                   default=True, metavar="BOOL",
+    n.add_argument("--fill-ledger", type=switch, default=True, metavar="BOOL",
                    help="restores skip hashing memory-file chunks this node already verified, "
                         "on a local store (default true)")  # fmt: skip
     n.add_argument("--host-to-container", action="append", default=[], type=Path,

@@ -26,6 +26,12 @@ STATE_DIR_ENV = "SNAPSHOT_SHIM_STATE_DIR"
 RUNC_ROOT_ENV = "SNAPSHOT_RUNC_ROOT"
 
 
+def switch(value: str) -> bool:
+    """A node setting that is on unless it says ``false``, ``0`` or ``no`` (the environment's
+    and the agent's flags alike)."""
+    return value.strip().lower() not in ("false", "0", "no")
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     """What the node's admin decided (the installer writes it into the shim's wrapper as
@@ -57,20 +63,18 @@ class NodeConfig:
     def from_env(cls, env: Mapping[str, str] | None = None) -> NodeConfig:
         env = os.environ if env is None else env
         key = env.get(VERIFY_KEY_ENV)
-        required = env.get(SIGNING_REQUIRED_ENV, "true").strip().lower()
         auth = env.get(OCI_AUTH_FILE_ENV)
         fill = int(env.get(FILL_THREADS_ENV) or 0)
-        ledger = env.get(FILL_LEDGER_ENV, "true").strip().lower()
         return cls(
             store_root=Path(env.get(STORE_ROOT_ENV) or DEFAULT_STORE_ROOT),
             verify_key_path=Path(key) if key else None,
-            signing_required=required not in ("false", "0", "no"),
+            signing_required=switch(env.get(SIGNING_REQUIRED_ENV, "true")),
             oci_plain_http=tuple(h for h in env.get(OCI_PLAIN_HTTP_ENV, "").split(",") if h),
             oci_auth_file=Path(auth) if auth else None,
             oci_cache_max_bytes=int(env.get(OCI_CACHE_MAX_BYTES_ENV) or cls.oci_cache_max_bytes),
             oci_pull_timeout_s=float(env.get(OCI_PULL_TIMEOUT_ENV) or cls.oci_pull_timeout_s),
             fill_threads=fill if fill > 0 else None,
-            fill_ledger=ledger not in ("false", "0", "no"),
+            fill_ledger=switch(env.get(FILL_LEDGER_ENV, "true")),
             state_dir=Path(env.get(STATE_DIR_ENV) or CONTAINERD_STATE),
             runc_root=Path(env.get(RUNC_ROOT_ENV) or RUNC_ROOT_BASE),
         )

@@ -104,6 +104,7 @@ class Claim:
 class Ledger:
     def __init__(self, path: Path, identity: Identity, memory_file: Path) -> None:
         self.path, self.identity, self.memory_file = path, identity, memory_file
+        self._slot_fd: int | None = None  # this fill's counted slot in FILLS (enter)
 
     @classmethod
     def open(cls, root: Path, memory_file: Path, algorithm: str,
@@ -147,8 +148,8 @@ class Ledger:
         os.close(fd)
 
     def leave(self) -> None:
-        if (fd := getattr(self, "_slot_fd", None)) is not None:
-            os.close(fd)
+        if self._slot_fd is not None:
+            os.close(self._slot_fd)
             self._slot_fd = None
 
     def fills(self) -> int:

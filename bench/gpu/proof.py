@@ -89,8 +89,8 @@ def raw_fill(art: Path, pid: int) -> int:
         return 0
     index = MemoryIndex.from_json((art / MEMORY_INDEX).read_bytes())
     ledger_dir = NodeConfig().fill_ledger_dir  # the shim's, so both find the same marks
-    ledger = ledger_dir and Ledger.open(ledger_dir, art / MEMORY_PAGES, manifest.file_digest,
-                                        entry.digests)  # fmt: skip
+    ledger = (Ledger.open(ledger_dir, art / MEMORY_PAGES, manifest.file_digest, entry.digests)
+              if ledger_dir is not None else None)  # fmt: skip
     return memfill.fill(
         art / MEMORY_PAGES,
         manifest.chunk_size,
@@ -98,7 +98,7 @@ def raw_fill(art: Path, pid: int) -> int:
         manifest.file_digest,
         index.ranges,
         procs.host_pids_by_ns_pid(pid),
-        ledger=ledger or None,
+        ledger=ledger,
     ).bytes
 
 

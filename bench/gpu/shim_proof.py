@@ -320,16 +320,19 @@ def concurrency(node: Containerd, args, worker: list[str], work: Path) -> dict:
     kw = dict(start=start, port=args.port, same=same, report_of=report_of, run=RUN,
               cleanup=lambda c: stop(node, c))  # fmt: skip
     ns = [int(n) for n in args.replicas.split(",")]
+
     # each round first with the node's fill ledger empty (every chunk hashed, by one replica
     # of those at once), then with it full (every chunk verified by an earlier restore)
-    rounds = replicas.curve(ns, before=lambda: shutil.rmtree(ledger, ignore_errors=True), **kw)
+    def wipe() -> None:
+        shutil.rmtree(ledger, ignore_errors=True)
+
+    rounds = replicas.curve(ns, before=wipe, **kw)
     rounds |= replicas.curve(ns, suffix="-warm", **kw)
     if args.replica_fill_threads:  # fewer fill threads per replica, when many restore at once
         t = args.replica_fill_threads
         shim_bin(work, t)  # read at each shim's start
         many = [n for n in ns if n > 1]
-        rounds |= replicas.curve(many, suffix=f"-t{t}", before=lambda: shutil.rmtree(
-            ledger, ignore_errors=True), **kw)  # fmt: skip
+        rounds |= replicas.curve(many, suffix=f"-t{t}", before=wipe, **kw)
         rounds |= replicas.curve(many, suffix=f"-t{t}-warm", **kw)
         shim_bin(work)
     return {"cold_start_s": round(cold_s, 3), "rounds": rounds}
