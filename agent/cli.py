@@ -195,6 +195,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     async def run() -> None:
         async with await kube.api_client(args.kubeconfig) as api:
             agent = Agent(api, cfg)
+            await agent.recover()
             if args.metrics_port:
                 agent.metrics.serve(args.metrics_port)
             log.info("agent for node %s, artifact store %s", cfg.node, cfg.store)

@@ -80,8 +80,9 @@ def to_pre_pull(snap: PodSnapshot, node: str, host: HostInfo) -> str | None:
 
 
 def interrupted(snap: PodSnapshot, node: str) -> bool:
-    """Left Checkpointing by an agent that stopped mid-way: the engine left no artifact, but
-    the source may have been frozen or stopped, so it is not retried."""
+    """Left Checkpointing with no checkpoint running (an agent that stopped mid-way, or an
+    API server that was down at the end): finished from its committed artifact when there
+    is one, else failed; never retried, as the source may have been frozen or quiesced."""
     return (
         on_node(snap, node)
         and snap.metadata.deletion_timestamp is None

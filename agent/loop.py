@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from api.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
 from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S, RESTORE_REPORT
@@ -35,15 +34,17 @@ from restore_runtime.artifact import oci, signing
 from restore_runtime.artifact.cache import CACHE_DIR, ArtifactCache
 from restore_runtime.artifact.oci import OciRef, RegistryAccess
 from restore_runtime.artifact.pack import Signer, remove_stale_staging
+from restore_runtime.artifact.verify import load_manifest, manifest_digest
 from restore_runtime.compat import HostInfo, host_info
 from restore_runtime.control_files import read_control_file
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, CheckpointResult, checkpoint
-from restore_runtime.executor.recovery import recover_interrupted
+from restore_runtime.executor.recovery import Recovered, recover_interrupted
 from restore_runtime.executor.tree_access import RuncContainer
 from restore_runtime.timing import phases_text
 
 from . import decisions as d
+from .metrics import AgentMetrics
 from .signer_client import RemoteSigner
 from .slots import CheckpointSlots
 
@@ -51,6 +52,8 @@ log = logging.getLogger("snapshot.agent")
 COMPONENT = "snapshot-agent"
 #: a pull's staging directory older than this is a killed pull's (pulls end in minutes)
 STALE_PULL_S = 3600.0
+#: the Event reason of a source that should serve on after its checkpoint but did not wake
+SOURCE_NOT_RESUMED = "SourceNotResumed"
 
 
 @dataclass
@@ -78,39 +81,6 @@ class AgentConfig:
     max_checkpoints_per_namespace: int = 2
 
 
-class AgentMetrics:
-    def __init__(self) -> None:
-        r = self.registry = CollectorRegistry()
-        self.checkpoints = Counter(
-            "snapshot_agent_checkpoints", "Checkpoints, by result (captured, failed)",
-            ["result"], registry=r,
-        )  # fmt: skip
-        self.checkpoint_seconds = Histogram(
-            "snapshot_agent_checkpoint_seconds", "Checkpoint duration, handshake to artifact",
-            buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600), registry=r,
-        )  # fmt: skip
-        self.artifact_bytes = Counter(
-            "snapshot_agent_artifact_bytes", "Bytes of artifacts written", registry=r
-        )
-        self.pre_pulls = Counter(
-            "snapshot_agent_pre_pulls", "Artifacts pulled ahead of a restore, by result "
-            "(pulled, failed)", ["result"], registry=r,
-        )  # fmt: skip
-        self.recovered = Counter(
-            "snapshot_agent_recovered", "Checkpoints found interrupted at the agent's start "
-            "(it was killed mid-way) whose source was given back", registry=r,
-        )  # fmt: skip
-        self.restores = Counter(
-            "snapshot_agent_restores_reported",
-            "Restore outcomes reported on pods (restored, fell-back, failed)",
-            ["outcome"], registry=r,
-        )  # fmt: skip
-
-    def serve(self, port: int) -> None:
-        """/metrics on port, from a background thread."""
-        start_http_server(port, registry=self.registry)
-
-
 class Agent:
     def __init__(self, api: client.ApiClient, cfg: AgentConfig) -> None:
         self.api, self.cfg = api, cfg
@@ -126,12 +96,20 @@ class Agent:
         #: pre-pulls in flight, by manifest digest
         self.pulling: dict[str, asyncio.Task] = {}
         self._host: HostInfo | None = None
+        #: what recover() gave back, by PodSnapshot uid, until its PodSnapshot is told
+        self.recovered: dict[str | None, Recovered] = {}
+
+    async def recover(self) -> None:
+        """What a killed agent left: give back the sources of its checkpoints in flight
+        (thawed, GPU state handed back, woken), then remove their staging. Run once at start,
+        before any reconcile, on a thread: it blocks on runc, the driver and engine APIs."""
         # before the staging is removed: a dead checkpoint's source may be frozen or quiesced
-        self.recovered = {r.pod_snapshot_uid: r for r in recover_interrupted(cfg.store)}
-        self.metrics.recovered.inc(len(self.recovered))
-        if stale := remove_stale_staging(cfg.store):
+        done = await asyncio.to_thread(recover_interrupted, self.cfg.store)
+        self.recovered = {r.pod_snapshot_uid: r for r in done}
+        self.metrics.recovered.inc(len(done))
+        if stale := await asyncio.to_thread(remove_stale_staging, self.cfg.store):
             log.warning("removed %d staging dir(s) of interrupted checkpoints", len(stale))
-        if stale := self.cache.remove_stale_staging(STALE_PULL_S):
+        if stale := await asyncio.to_thread(self.cache.remove_stale_staging, STALE_PULL_S):
             log.warning("removed %d staging dir(s) of interrupted pulls", len(stale))
 
     def sources(self) -> list[Source]:
@@ -163,15 +141,43 @@ class Agent:
         if snap.metadata.uid in self.running:
             return
         if d.interrupted(snap, self.cfg.node):
-            done = self.recovered.pop(snap.metadata.uid, None)
-            what = f": {done.summary}" if done else ""
-            await self._fail(snap, f"the agent restarted during the checkpoint{what}")
+            await self._resume_interrupted(snap)
         elif d.to_checkpoint(snap, self.cfg.node):
             self._start_checkpoint(snap)
         elif d.to_delete(snap, self.cfg.node):
             await self.delete_artifact(snap)
         elif self.cfg.pre_pull:
             await self._pre_pull(snap)
+
+    async def _resume_interrupted(self, snap: PodSnapshot) -> None:
+        """A PodSnapshot left Checkpointing with no checkpoint running here. Its artifact
+        committed (the agent died, or the API server was down, between the commit and the
+        Ready): the job is finished from it. Else it failed, and says so truthfully."""
+        done = self.recovered.pop(snap.metadata.uid, None)
+        result = await asyncio.to_thread(self._committed, snap)
+        if result is not None:
+            log.info("PodSnapshot %s/%s: finishing from its committed artifact %s",
+                     snap.metadata.namespace, snap.metadata.name, result.path)  # fmt: skip
+            # its source was given back at this agent's start (recover()), and serves on
+            seconds = result.manifest.timings.get("total", 0.0)
+            return await self._finish(snap, None, result, time.monotonic() - seconds)
+        if done is not None:
+            why = f"the agent restarted during the checkpoint: {done.summary}"
+        else:
+            why = "the checkpoint stopped before its artifact was committed"
+        await self._fail(snap, why)
+
+    def _committed(self, snap: PodSnapshot) -> CheckpointResult | None:
+        """This node's committed artifact of ``snap``, when its store (the agent's own,
+        root-only) holds one that names this very PodSnapshot."""
+        path = d.artifact_dir(self.cfg.store, snap)
+        try:
+            manifest, digest = load_manifest(path), manifest_digest(path)
+        except (SnapshotError, OSError):
+            return None
+        if manifest.source.pod_snapshot_uid != snap.metadata.uid:
+            return None
+        return CheckpointResult(path, manifest, digest)
 
     def _start_checkpoint(self, snap: PodSnapshot) -> None:
         async def run() -> None:
@@ -250,6 +256,8 @@ class Agent:
             pod=name, namespace=ns, container=snap.container,
             pod_snapshot=snap.metadata.name, pod_snapshot_uid=snap.metadata.uid or None,
             image_digest=target.image_digest,
+            # ended only once the artifact is pushed and the PodSnapshot Ready (_finish)
+            end_at_commit=False,
         )  # fmt: skip
         log.info("checkpointing %s/%s (container %s) into %s", ns, name, cid[:12], out)
         t0 = time.monotonic()
@@ -260,24 +268,71 @@ class Agent:
             log.error("checkpoint of %s/%s failed: %s", ns, name, e)
             self.metrics.checkpoints.labels("failed").inc()
             return await self._fail(snap, str(e))
+        await self._finish(snap, pod, result, t0)
+
+    async def _finish(self, snap: PodSnapshot, pod: dict | None, result: CheckpointResult,
+                      t0: float) -> None:  # fmt: skip
+        """The artifact is committed. It is made durable where the user asked for it (pushed
+        for OCI; the PodSnapshot Ready), and only then is a source that is not kept running
+        ended (``result.held``): any failure before that gives the source back instead."""
+        try:
+            await self._make_durable(snap, pod, result, t0)
+        except BaseException:  # a bug or a refusal: never leave the source held, asleep
+            if result.held is not None:
+                await asyncio.to_thread(result.held.give_back)
+            raise
+
+    async def _make_durable(self, snap: PodSnapshot, pod: dict | None,
+                            result: CheckpointResult, t0: float) -> None:  # fmt: skip
+        held, problems = result.held, list(result.problems)
         uri = f"file://{result.path}"
         if self.cfg.oci_repository is not None:
             try:
                 uri = await asyncio.to_thread(self.publish, snap, result)
             except (SnapshotError, OSError) as e:
+                if held is not None:
+                    result.held = None
+                    problems += await asyncio.to_thread(held.give_back)
                 await asyncio.to_thread(shutil.rmtree, result.path, True)
                 self.metrics.checkpoints.labels("failed").inc()
-                return await self._fail(snap, f"pushing the artifact: {e}")
+                kept = "; the source keeps serving" if held is not None else ""
+                await self._fail(snap, f"pushing the artifact: {e}{kept}")
+                return await self._source_problems(snap, pod, problems)
         seconds = time.monotonic() - t0
+        status = d.captured(snap, result.manifest, uri, result.digest, seconds)
+        if not await self.snapshots.write_status(snap, status):
+            log.warning("PodSnapshot %s/%s is gone: its artifact is removed",
+                        snap.metadata.namespace, snap.metadata.name)  # fmt: skip
+            if held is not None:
+                result.held = None
+                problems += await asyncio.to_thread(held.give_back)
+            await asyncio.to_thread(shutil.rmtree, result.path, True)
+            return await self._source_problems(snap, pod, problems)
+        if held is not None:  # Ready: only now may the source go
+            result.held = None
+            problems += await asyncio.to_thread(held.end)
         self.metrics.checkpoints.labels("captured").inc()
         self.metrics.checkpoint_seconds.observe(seconds)
         self.metrics.artifact_bytes.inc(result.manifest.size_bytes)
-        status = d.captured(snap, result.manifest, uri, result.digest, seconds)
-        await self.snapshots.patch_status(snap, status)
         msg = f"{result.manifest.size_bytes / 1e9:.2f} GB in {seconds:.1f}s: " + phases_text(
             result.manifest.timings
         )
         await self._event(snap.to_api(), "Normal", PodSnapshotReasons.CAPTURED, msg)
+        await self._source_problems(snap, pod, problems)
+
+    async def _source_problems(self, snap: PodSnapshot, pod: dict | None,
+                               problems: list[str]) -> None:  # fmt: skip
+        """A source that should serve on but did not wake is never left asleep silently: a
+        Warning on the PodSnapshot and on its pod, and a metric."""
+        if not problems:
+            return
+        self.metrics.source_not_resumed.inc()
+        msg = "the source pod was not handed back after its checkpoint: " + "; ".join(problems)
+        log.error("PodSnapshot %s/%s: %s", snap.metadata.namespace, snap.metadata.name, msg)
+        await self._event(snap.to_api(), "Warning", SOURCE_NOT_RESUMED, msg)
+        if pod is not None:
+            await self._event({"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"]},
+                              "Warning", SOURCE_NOT_RESUMED, msg)  # fmt: skip
 
     def _signer(self, snap: PodSnapshot) -> Signer | None:
         if self.cfg.signer is not None:
@@ -299,7 +354,7 @@ class Agent:
 
     async def _fail(self, snap: PodSnapshot, message: str) -> None:
         reason = PodSnapshotReasons.CHECKPOINT_FAILED
-        await self.snapshots.patch_status(snap, d.failed(snap, reason, message))
+        await self.snapshots.write_status(snap, d.failed(snap, reason, message))
         await self._event(snap.to_api(), "Warning", reason, message)
 
     async def delete_artifact(self, snap: PodSnapshot) -> None:

@@ -6,6 +6,7 @@ The engine, the shim and snapshotctl never load kubernetes-asyncio (tests/test_l
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
+import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter
@@ -36,6 +38,8 @@ log = logging.getLogger(__name__)
 
 # The generated client sends a dict body to custom objects as a JSON patch; they need a merge patch.
 MERGE_PATCH = "application/merge-patch+json"
+#: answers of an API server that may take the same request later (overloaded, restarting)
+TRANSIENT_STATUS = frozenset({0, 429, 500, 502, 503, 504})
 
 
 async def api_client(kubeconfig: str | None = None) -> client.ApiClient:
@@ -106,6 +110,29 @@ class CustomResources(Generic[M]):
             *self._args(obj.metadata.namespace), obj.metadata.name,
             {"status": status.to_api()}, _content_type=MERGE_PATCH,
         )  # fmt: skip
+
+    async def write_status(self, obj: M, status: BaseModel, max_delay_s: float = 30.0) -> bool:
+        """``patch_status`` that lands: an API server that is down, overloaded or restarting
+        is tried again with backoff (0.5 s doubling to ``max_delay_s``) for as long as it
+        takes. False once the object is gone; any other refusal raises."""
+        delay = 0.5
+        while True:
+            try:
+                await self.patch_status(obj, status)
+                return True
+            except ApiException as e:
+                if e.status == 404:
+                    return False
+                if e.status not in TRANSIENT_STATUS:
+                    raise
+                why = f"{e.status} {e.reason}"
+            except (TimeoutError, aiohttp.ClientError, OSError) as e:
+                why = str(e) or type(e).__name__
+            log.warning("writing the status of %s %s/%s failed (%s): again in %.1fs",
+                        obj.kind, obj.metadata.namespace, obj.metadata.name, why,
+                        delay)  # fmt: skip
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, max_delay_s)
 
     async def set_finalizers(self, obj: M, finalizers: list[str]) -> None:
         # resourceVersion makes this a compare-and-swap: a concurrent change gets a 409 and the

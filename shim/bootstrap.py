@@ -17,6 +17,8 @@ import io
 import json
 import logging
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -156,6 +158,7 @@ def cmd_delete(args: argparse.Namespace, node: NodeConfig) -> int:
     _end_restores_of(args.id)
     subprocess.run(["runc", "--root", str(root), "delete", "--force", args.id],
                    capture_output=True, check=False)  # fmt: skip
+    _remove_runc_state(root, args.id)
     subprocess.run(["umount", "-l", str(bundle / "rootfs")], capture_output=True, check=False)
     # a restore the dead shim was running leaves its work directory and images view there
     remove_container_state(node.state_dir / "snapshot-shim" / args.namespace, args.id)
@@ -163,6 +166,22 @@ def cmd_delete(args: argparse.Namespace, node: NodeConfig) -> int:
     resp.exited_at.CopyFrom(timestamp(time.time()))
     sys.stdout.buffer.write(resp.SerializeToString())
     return 0
+
+
+#: containerd's identifier rule: a container ID is never a path of its own
+_ID = re.compile(r"[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*")
+
+
+def _remove_runc_state(root: Path, container_id: str) -> None:
+    """A ``runc restore`` killed before it wrote its state.json leaves the container's
+    directory under the runc root, which ``runc delete --force`` then calls "does not exist"
+    and leaves for good: removed here (its restore, and every process of it, is gone)."""
+    if not _ID.fullmatch(container_id) or len(container_id) > 76:
+        return
+    state = root / container_id
+    if state.is_dir() and not state.is_symlink():
+        shutil.rmtree(state, ignore_errors=True)
+        log.info("removed the runc state %s left by a killed restore", state)
 
 
 def _end_restores_of(container_id: str) -> None:

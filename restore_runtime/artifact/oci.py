@@ -49,6 +49,13 @@ PART_SIZE = 64 * 1024 * 1024
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 #: seconds one request may wait for the registry (connect, then between bytes)
 REQUEST_TIMEOUT = (10.0, 60.0)
+#: a request that fails transiently is tried again after RETRY_FIRST_S, doubling up to
+#: RETRY_MAX_S, for at most RETRY_WINDOW_S (and never past its operation's deadline)
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+RETRY_FIRST_S, RETRY_MAX_S, RETRY_WINDOW_S = 0.5, 4.0, 20.0
+#: the deadlines of whole operations, retries included (docs/failures.md)
+PUSH_TIMEOUT_S = 1800.0
+DELETE_TIMEOUT_S = 30.0
 _READ = 1024 * 1024
 DIGEST = re.compile(r"sha256:[a-f0-9]{64}")
 _REF = re.compile(
@@ -102,27 +109,61 @@ class RegistryAccess:
 
 class _Client:
     """One oras session for one repository (a session per thread: requests' sessions are
-    not meant to be shared across threads)."""
+    not meant to be shared across threads), inside one operation's deadline.
 
-    def __init__(self, ref: OciRef, access: RegistryAccess) -> None:
+    oras' ``do_request`` retries every failure 5 times with sleeps of 3 to 83 s (131 s in
+    all) that no deadline cuts: a dead registry then held a restore past the kubelet's call
+    and a checkpoint's push for minutes. So its undecorated body is called (it keeps oras'
+    token and basic auth), and the retries are ours: a refused or reset connection, or a
+    429/5xx answer, is tried again with a short backoff for at most RETRY_WINDOW_S, and never
+    past the deadline; every request's timeouts shrink to what is left of it."""
+
+    def __init__(self, ref: OciRef, access: RegistryAccess, deadline: float) -> None:
         import oras.provider  # oras pulls in requests and jsonschema: only OCI users pay
 
         plain = bool({ref.registry, ref.registry.rsplit(":", 1)[0]} & access.plain_http)
         self.reg = oras.provider.Registry(hostname=ref.registry, insecure=plain)
+        self.deadline = deadline
         request = self.reg.session.request
-        self.reg.session.request = lambda *a, **kw: request(*a, timeout=REQUEST_TIMEOUT, **kw)
+        self.reg.session.request = lambda *a, **kw: request(*a, timeout=self._timeouts(), **kw)
+        self._do_request = oras.provider.Registry.do_request.__wrapped__  # without the retry
         if access.auth_file is not None:
             container = self.reg.get_container(f"{ref.registry}/{ref.repository}")
             self.reg.auth.load_configs(container, configs=[str(access.auth_file)])
         self.base = f"{self.reg.prefix}://{ref.registry}/v2/{ref.repository}"
         self.registry = ref.registry
 
+    def _timeouts(self) -> tuple[float, float]:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise OciError(f"registry {self.registry}: out of time (the operation's deadline)")
+        return min(REQUEST_TIMEOUT[0], left), min(REQUEST_TIMEOUT[1], left)
+
     def request(self, method: str, path_or_url: str, ok: tuple[int, ...], **kw):
         url = path_or_url if "://" in path_or_url else self.base + path_or_url
-        try:
-            r = self.reg.do_request(url, method, **kw)
-        except Exception as e:  # requests' and oras' own errors alike
-            raise OciError(f"registry {self.registry}: {method} failed: {e}") from e
+        first_failure, delay = None, RETRY_FIRST_S
+        while True:
+            try:
+                r = self._do_request(self.reg, url, method, **kw)
+                why = f"answered {r.status_code}" if r.status_code in RETRY_STATUS else None
+            except OciError:
+                raise
+            except Exception as e:  # requests' and oras' own errors alike
+                if not _transient(e):
+                    raise OciError(f"registry {self.registry}: {method} failed: {e}") from e
+                r, why = None, f"failed: {e}"
+            if why is None:
+                break
+            if r is not None:
+                r.close()
+            now = time.monotonic()
+            first_failure = first_failure or now
+            if now + delay >= self.deadline or now - first_failure + delay > RETRY_WINDOW_S:
+                raise OciError(f"registry {self.registry}: {method} {path_or_url[:120]} {why}"
+                               f" (tried for {now - first_failure:.0f}s)")  # fmt: skip
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+        assert r is not None
         if r.status_code not in ok:
             detail = r.text[:300] if not kw.get("stream") else ""
             raise OciError(f"registry {self.registry}: {method} {path_or_url[:120]} answered "
@@ -130,9 +171,19 @@ class _Client:
         return r
 
 
+def _transient(e: Exception) -> bool:
+    """A failure the same request may not meet again: the connection refused, reset or
+    timed out (a registry restarting, a load balancer moving), not TLS or auth."""
+    import requests.exceptions as rex
+
+    if isinstance(e, rex.SSLError):
+        return False
+    return isinstance(e, (rex.ConnectionError, rex.Timeout, ConnectionError, TimeoutError))
+
+
 class _Clients(threading.local):
-    def __init__(self, ref: OciRef, access: RegistryAccess) -> None:
-        self.client = _Client(ref, access)
+    def __init__(self, ref: OciRef, access: RegistryAccess, deadline: float) -> None:
+        self.client = _Client(ref, access, deadline)
 
 
 @dataclass(frozen=True)
@@ -179,11 +230,14 @@ def _upload(c: _Client, data: bytes, digest: str) -> None:
 
 
 def push(
-    artifact: Path, ref: OciRef, access: RegistryAccess, annotations: dict[str, str]
-) -> OciRef:
-    """Upload ``artifact`` (a committed artifact directory) to ``ref`` (its tag names it);
-    returns ``ref`` pinned to the pushed manifest's digest."""
-    clients = _Clients(ref, access)
+    artifact: Path, ref: OciRef, access: RegistryAccess, annotations: dict[str, str],
+    timeout_s: float = PUSH_TIMEOUT_S,
+) -> OciRef:  # fmt: skip
+    """Upload ``artifact`` (a committed artifact directory) to ``ref`` (its tag names it)
+    within ``timeout_s``, retries included; returns ``ref`` pinned to the pushed manifest's
+    digest. The tag is written last: a push cut short leaves no tag (blobs only, which the
+    registry's garbage collection takes)."""
+    clients = _Clients(ref, access, time.monotonic() + timeout_s)
 
     def one(part: _Part) -> _Part:
         data = _read(artifact / part.title, part.offset, part.size)
@@ -210,11 +264,12 @@ def push(
     return replace(ref, digest=digest)
 
 
-def delete(ref: OciRef, access: RegistryAccess) -> bool:
-    """Delete the manifest ``ref`` pins (its blobs go at the registry's garbage collection).
-    False when the registry does not allow deletes."""
+def delete(ref: OciRef, access: RegistryAccess, timeout_s: float = DELETE_TIMEOUT_S) -> bool:
+    """Delete the manifest ``ref`` pins (its blobs go at the registry's garbage collection)
+    within ``timeout_s``. False when the registry does not allow deletes."""
     assert ref.digest is not None
-    r = _Client(ref, access).request("DELETE", f"/manifests/{ref.digest}", ok=(202, 404, 405))
+    c = _Client(ref, access, time.monotonic() + timeout_s)
+    r = c.request("DELETE", f"/manifests/{ref.digest}", ok=(202, 404, 405))
     return r.status_code != 405
 
 
@@ -325,7 +380,7 @@ def pull(
     if ref.digest is None:
         raise OciError(f"{ref.uri} is not pinned to a digest")
     deadline = time.monotonic() + timeout_s
-    clients = _Clients(ref, access)
+    clients = _Clients(ref, access, deadline)
     manifest = _fetch_manifest(clients.client, ref.digest, deadline)
     parts, sizes = _parse_layers(manifest, max_bytes)
     if reserve is not None:

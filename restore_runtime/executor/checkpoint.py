@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S
@@ -33,11 +33,12 @@ from ..artifact.rootfs_pack import DEFAULT_MAX_BYTES
 from ..compat import host_info
 from ..criu import memfile, runner
 from ..criu.sparse import elide_zero_pages
-from ..errors import CudaError, SnapshotError
+from ..errors import SnapshotError
 from ..netns import global_addresses
 from ..progress import Progress
 from ..timing import PhaseTimer
-from .recovery import Journal, resume_in_place
+from .recovery import Journal
+from .source import GpuState, HeldSource, give_back
 from .tree_access import CriuDumper, Dumper, RuncContainer, RuncDumper
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,11 @@ class CheckpointRequest:
     #: move large private anonymous memory out of CRIU's images into the artifact's memory
     #: file, which a restore fills with many threads (criu/memfile.py)
     split_memory: bool = True
+    #: without ``leave_running``: end the source once the artifact is committed (snapshotctl),
+    #: or (False) leave it quiesced and held by the result (``CheckpointResult.held``) until
+    #: the caller knows the artifact is durable where the user asked for it (the agent: after
+    #: the push and the status write), then ends it or gives it back
+    end_at_commit: bool = True
 
 
 @dataclass
@@ -80,56 +86,10 @@ class CheckpointResult:
     path: Path
     manifest: Manifest
     digest: str
-
-
-class _GpuState:
-    """The CUDA processes of the tree, and how far their checkpoint got, so a failure can
-    hand the GPU state back to a source that keeps running."""
-
-    def __init__(self) -> None:
-        self.pids: list[int] = []
-        self.locked: list[int] = []
-        self.checkpointed: list[int] = []
-        self._drv = None
-
-    @property
-    def drv(self):
-        if self._drv is None:
-            from ..cuda.driver import CudaDriver
-
-            self._drv = CudaDriver()
-        return self._drv
-
-    def classify(self, root: int) -> None:
-        """Find the tree's CUDA processes. Run after the quiesce, which may end helpers.
-        Only processes holding NVIDIA device files can be CUDA processes: ask the driver
-        about those alone, so a CPU-only tree never touches it."""
-        candidates = procs.cuda_pids(root)
-        self.pids = [p for p in candidates if self.drv.is_cuda_process(p)]
-        stray = [p for p in candidates if p not in self.pids and procs.maps_nvidia_device(p)]
-        if stray:
-            raise CudaError(
-                f"process(es) {stray} map NVIDIA device memory without a CUDA context of "
-                "their own (children forked after CUDA initialisation, such as torch.compile's "
-                "worker pool); CRIU cannot dump them. End them when the workload quiesces "
-                "(torch: torch._inductor.async_compile.shutdown_compile_workers()) or start "
-                "them before CUDA is initialised."
-            )
-
-    def suspend(self) -> None:
-        for p in self.pids:
-            self.drv.lock(p)
-            self.locked.append(p)
-        for p in self.pids:
-            self.drv.checkpoint(p)
-            self.checkpointed.append(p)
-
-    def resume(self) -> None:
-        for p in self.checkpointed:
-            self.drv.restore(p)
-        for p in self.locked:
-            self.drv.unlock(p)
-        self.checkpointed, self.locked = [], []
+    #: the source, quiesced, when the request asked to end it later (``end_at_commit``)
+    held: HeldSource | None = None
+    #: what could not be given back to a source that keeps running (a wake that failed)
+    problems: list[str] = field(default_factory=list)
 
 
 def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> CheckpointResult:
@@ -153,7 +113,7 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
                           if req.runc_container else CriuDumper())  # fmt: skip
         procs.require(req.pid)
         runner.require_version()
-        gpu = _GpuState()
+        gpu = GpuState()
         maybe_cuda = bool(procs.cuda_pids(req.pid))
         own_netns = procs.netns_inode(req.pid) != procs.netns_inode("self")
         pod_ips = global_addresses(f"/proc/{req.pid}/ns/net") if own_netns else []
@@ -163,6 +123,8 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
     log.info("checkpoint of PID %d: own netns=%s, pod IPs %s", req.pid, own_netns, pod_ips)
 
     cuda_ns_pids: list[int] = []
+    problems: list[str] = []
+    held: HeldSource | None = None
     with staging, _InFlight(req, staging.dir) as inflight:
         work = inflight.work
         try:
@@ -187,7 +149,7 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
                     stop_watch()
             if req.leave_running:
                 with timer.phase("resume"):
-                    _give_back(req, gpu, inflight.quiesced)
+                    problems += give_back(req, gpu, inflight.quiesced)
                     inflight.quiesced = False
             with timer.phase("pack"):
                 files = _pack(req, staging.dir, dumper, timer, progress)
@@ -197,16 +159,18 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
             digest = write_manifest(staging.dir, manifest, req.signer)
             path = staging.commit()
         except BaseException:
-            _give_back(req, gpu, inflight.quiesced)
+            give_back(req, gpu, inflight.quiesced)
             raise
         if not req.leave_running:
-            try:
-                dumper.end(req.pid)
-            except SnapshotError as e:  # the artifact is whole: the source keeps serving
-                log.error("could not end the source after its checkpoint: %s", e)
-                _give_back(req, gpu, inflight.quiesced)
+            held = HeldSource(req, dumper, gpu, inflight.quiesced, inflight.path)
+            if req.end_at_commit:
+                problems += held.end()
+                held = None
+            else:
+                inflight.keep_journal = True
     progress.done()
-    return CheckpointResult(path=path, manifest=manifest, digest=digest)
+    return CheckpointResult(path=path, manifest=manifest, digest=digest, held=held,
+                            problems=problems)  # fmt: skip
 
 
 def _quiesce(req: CheckpointRequest, timer: PhaseTimer, inflight: _InFlight) -> None:
@@ -275,6 +239,8 @@ class _InFlight:
             quiesce=req.quiesce.model_dump(mode="json") if _over_http(req) else None,
         )  # fmt: skip
         self.quiesced = False
+        #: the source is held past the commit (HeldSource): its journal goes with it
+        self.keep_journal = False
 
     def __enter__(self) -> _InFlight:
         self.journal.write(self.path)
@@ -285,7 +251,8 @@ class _InFlight:
         # CRIU's work files (dump.log, stats) go with the dump, failed or not: a failure's
         # error lines travel in its exception
         shutil.rmtree(self.work, ignore_errors=True)
-        self.path.unlink(missing_ok=True)
+        if not self.keep_journal:
+            self.path.unlink(missing_ok=True)
 
 
 def _manifest(req: CheckpointRequest, host, command: list[str], own_netns: bool,
@@ -331,18 +298,3 @@ def _used_gpus(gpus, cuda_pids):
     # Every visible GPU is recorded: the CUDA checkpoint API does not say which devices a
     # process touched, and CUDA_VISIBLE_DEVICES already narrows what a container sees.
     return gpus if cuda_pids else []
-
-
-def _give_back(req: CheckpointRequest, gpu: _GpuState, quiesced: bool) -> None:
-    """Let a source that is still alive continue: GPU state back, workload resumed."""
-    if not procs.exists(req.pid):
-        return
-    try:
-        gpu.resume()
-    except SnapshotError as e:
-        log.error("could not hand GPU state back to PID %d: %s", req.pid, e)
-    if quiesced:
-        try:
-            resume_in_place(req.pid, req.quiesce if _over_http(req) else None, req.control_dir)
-        except SnapshotError as e:
-            log.error("could not wake the source (PID %d) again: %s", req.pid, e)

@@ -8,9 +8,11 @@ import asyncio
 import logging
 import os
 import signal
+import threading
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from api.manifest import ROOTFS_DIFF_NAME
 
@@ -21,6 +23,7 @@ from ..errors import SnapshotError
 from ..runc import Runc, RuncError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 #: how long a source's processes may take to go once killed after its checkpoint
 END_TIMEOUT_S = 30.0
 
@@ -49,6 +52,30 @@ class CriuDumper:
 
     def end(self, pid: int) -> None:
         procs.kill_tree(pid, END_TIMEOUT_S)
+
+
+def run_sync(call: Coroutine[Any, Any, T]) -> T:
+    """The result of ``call`` from synchronous code, whether or not this thread runs an
+    event loop: asyncio.run refuses inside a running loop (an agent's recovery at start
+    crash-looped on that), so there the call gets a thread and a loop of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(call)
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = asyncio.run(call)
+        except BaseException as e:  # re-raised in the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="run-sync")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 def criu_restore(image_dir: Path, work: Path, netns_path: str | None) -> int:
@@ -81,7 +108,7 @@ class RuncContainer:
 
     def _call(self, what: str, call):
         try:
-            return asyncio.run(call)
+            return run_sync(call)
         except RuncError as e:
             raise SnapshotError(f"runc {what} {self.id}: {e.message}") from e
 
@@ -125,7 +152,7 @@ class RuncDumper:
         # read before the dump: without --leave-running, runc forgets the container
         self.upperdir = overlay_upperdir(self.container.state().get("rootfs", ""))
         c = self.container
-        asyncio.run(c.runc.checkpoint(c.id, images, work, leave_running))
+        run_sync(c.runc.checkpoint(c.id, images, work, leave_running))
 
     def pack_extra(self, staging: Path) -> None:
         upper = self.upperdir

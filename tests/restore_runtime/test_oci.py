@@ -103,7 +103,7 @@ def test_tampered_registry_content_is_refused(registry, artifact, tmp_path, what
     not get bytes into a node's cache."""
     art, _, _ = artifact
     ref = pushed(registry, art, f"tamper-{what}")
-    c = oci._Client(ref, ACCESS)
+    c = oci._Client(ref, ACCESS, time.monotonic() + 60)
     manifest = json.loads(c.request("GET", f"/manifests/{ref.digest}", ok=(200,),
                                     headers={"Accept": oci.MANIFEST_TYPE}).content)  # fmt: skip
     digest = ref.digest if what == "manifest" else max(
@@ -231,7 +231,7 @@ def test_a_pushed_copy_with_one_page_changed_never_enters_the_cache(registry, ar
 @pytest.mark.parametrize("title", ["../escape", "/etc/escape", "a/../../escape", "a//b", "."])
 def test_hostile_layer_titles_are_refused(registry, tmp_path, title):
     ref = OciRef.parse(f"oci://{registry.address}/snapshots/hostile:t")
-    c = oci._Client(ref, ACCESS)
+    c = oci._Client(ref, ACCESS, time.monotonic() + 60)
     data = b"x" * 10
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     oci._upload(c, data, digest)
@@ -281,3 +281,58 @@ def test_refs_parse_and_refuse():
     for bad in ("sha256:../../etc", "sha512:" + "a" * 64, "sha256:" + "A" * 64, "a" * 64):
         with pytest.raises(OciError, match="not a sha256 manifest digest"):
             cache.entry(bad)
+
+
+@contextlib.contextmanager
+def _silent_registry():
+    """A registry that accepts connections (the kernel's backlog does) and never answers."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    try:
+        yield f"127.0.0.1:{srv.getsockname()[1]}"
+    finally:
+        srv.close()
+
+
+@contextlib.contextmanager
+def _refusing_registry():
+    """A registry that is down: its port refuses every connection."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    address = f"127.0.0.1:{s.getsockname()[1]}"
+    s.close()
+    yield address
+
+
+@pytest.mark.parametrize("down", [_refusing_registry, _silent_registry], ids=["refusing", "silent"])
+@pytest.mark.parametrize("op", ["push", "pull", "delete"])
+def test_every_registry_call_ends_within_its_deadline(registry, artifact, tmp_path, op, down):
+    """Faults round 2: oras retried every failure 5 times with sleeps of 3 to 83 s (131 s)
+    that no deadline cut, so a dead registry held a restore past the kubelet's call and a
+    push for minutes. A push, pull or delete against a registry that refuses connections, or
+    accepts them and never answers, now fails with an OciError within its deadline, retries
+    included, and a pull leaves nothing in the cache."""
+    art, _, _ = artifact
+    ref = pushed(registry, art, f"deadline-{op}")
+    cache = ArtifactCache(tmp_path / "cache", access=ACCESS)
+    with down() as address:
+        gone = replace(ref, registry=address)
+        calls = {
+            "push": lambda: oci.push(
+                art,
+                replace(gone, digest=None),
+                ACCESS,
+                {oci.MANIFEST_DIGEST_KEY: manifest_digest(art)},
+                timeout_s=4,
+            ),
+            "pull": lambda: cache.fetch(gone, manifest_digest(art), timeout_s=4),
+            "delete": lambda: oci.delete(gone, ACCESS, timeout_s=4),
+        }
+        t0 = time.monotonic()
+        got = _error_of(calls[op])
+        took = time.monotonic() - t0
+    assert isinstance(got, OciError), got
+    assert address in str(got)
+    assert took < 7, f"{op} took {took:.1f}s against a 4 s deadline"
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())

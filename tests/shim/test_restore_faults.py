@@ -7,8 +7,9 @@ The test kills the shim (SIGKILL) at a moment it chooses by watching the node: o
 images view is mounted (CRIU about to run), once CRIU writes its restore log, and once runc
 wrote the restored tree's PID while the shim still verifies its pages (the tree stopped; a
 source with 512 MiB of memory makes that take a while). Then no
-work directory, mount, runc log or restored process of that container is left, and the next
-restore of the same artifact works.
+work directory, mount, runc log, runc state (faults round 2: a runc restore killed before it
+wrote its state.json left its directory under the runc root) or restored process of that
+container is left, and the next restore of the same artifact works.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from devnode import workloads
-from devnode.containerd import admitted
+from devnode.containerd import RUNC_ROOT, admitted
 from tests.helpers import ask, processes, shim_pids
 from tests.shim.test_cri_restore import COUNTER, IMAGE, PORT, start_pod
 from tests.shim.test_cri_restore import pytestmark as cri_marks
@@ -94,6 +95,7 @@ def test_a_shim_killed_mid_restore_leaves_nothing(cri, containerd, tmp_path, mom
 
     deadline = time.monotonic() + 30
     while (left := [*_mounts_under(STATE / ctr), *map(str, STATE.glob(f"*{ctr}*")),
+                    *map(str, RUNC_ROOT.glob(f"{ctr}*")),
                     *processes(ctr), *(set(processes("counter_server")) - workloads_before)]
            ) and time.monotonic() < deadline:  # fmt: skip
         time.sleep(0.1)

@@ -1,0 +1,43 @@
+"""The agent's Prometheus metrics, one registry per agent (no globals: tests run several)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+
+class AgentMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.checkpoints = Counter(
+            "snapshot_agent_checkpoints", "Checkpoints, by result (captured, failed)",
+            ["result"], registry=r,
+        )  # fmt: skip
+        self.checkpoint_seconds = Histogram(
+            "snapshot_agent_checkpoint_seconds", "Checkpoint duration, handshake to artifact",
+            buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600), registry=r,
+        )  # fmt: skip
+        self.artifact_bytes = Counter(
+            "snapshot_agent_artifact_bytes", "Bytes of artifacts written", registry=r
+        )
+        self.pre_pulls = Counter(
+            "snapshot_agent_pre_pulls", "Artifacts pulled ahead of a restore, by result "
+            "(pulled, failed)", ["result"], registry=r,
+        )  # fmt: skip
+        self.recovered = Counter(
+            "snapshot_agent_recovered", "Checkpoints found interrupted at the agent's start "
+            "(it was killed mid-way) whose source was given back", registry=r,
+        )  # fmt: skip
+        self.source_not_resumed = Counter(
+            "snapshot_agent_source_not_resumed", "Checkpoints whose source should serve on "
+            "(keepSourceRunning, or a failure after the commit) but did not wake again",
+            registry=r,
+        )  # fmt: skip
+        self.restores = Counter(
+            "snapshot_agent_restores_reported",
+            "Restore outcomes reported on pods (restored, fell-back, failed)",
+            ["outcome"], registry=r,
+        )  # fmt: skip
+
+    def serve(self, port: int) -> None:
+        """/metrics on port, from a background thread."""
+        start_http_server(port, registry=self.registry)

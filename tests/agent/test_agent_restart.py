@@ -1,0 +1,150 @@
+"""An agent killed mid-checkpoint recovers as it starts again (faults round 2), through the
+real agent process, a real kube-apiserver, containerd's CRI (both lines), runc and CRIU.
+
+The agent runs as ``snapshot-agent run`` in a session of its own (as its container is:
+killing it kills the runc and CRIU it started). The test kills it with SIGKILL at a moment it
+picks by watching the node: while the workload quiesces (it answers ready only when a gate
+opens, which never happens), while CRIU holds the container frozen (a source with 512 MiB
+more memory makes the dump last), and while the rootfs diff is packed. Then it starts the
+agent again. Before the fix, that start crash-looped (``asyncio.run()`` inside the agent's
+running loop, in its recovery); now, for each moment:
+- the agent keeps running, and its /metrics counts one recovered checkpoint;
+- the source answers with its state (its counter goes on);
+- the PodSnapshot ends Failed, saying the agent restarted and what was given back;
+- no journal, staging or work directory is left in the store.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+import uuid
+
+import pytest
+
+from agent import decisions
+from api.handshake import CHECKPOINT_REQUESTED
+from controller.loop import Controller
+from devnode import wait_until
+from kubeclient import api as kube
+from restore_runtime.executor.recovery import journals
+from tests.conftest import CRI_NODE
+from tests.controller.objects import conditions
+from tests.helpers import ROOT, ask
+from tests.kube_support import resync
+from tests.shim.test_checkpoint_faults import _frozen
+from tests.test_node_flow import IMAGE, NODE, PORT, kubelet, snaps  # noqa: F401 - fixture
+
+pytestmark = CRI_NODE
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_agent(control_plane, containerd, kubelet_root, port: int, log) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "agent.cli", "run", "--node", NODE,
+            "--store", str(containerd.store), "--kubelet-root", str(kubelet_root),
+            "--sign-key", str(containerd.sign_key), "--kubeconfig", str(control_plane.kubeconfig),
+            "--metrics-port", str(port), "--resync", "2",
+            "--handshake-timeout", "300"]  # fmt: skip
+    # the runc of this containerd line comes first on its PATH
+    return subprocess.Popen(argv, cwd=ROOT, env=containerd.env(), stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+
+
+def _metric(port: int, name: str) -> float | None:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in body.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def _staging_left(store, ns: str) -> list[str]:
+    d = store / ns
+    found = [str(p) for p in d.iterdir() if ".staging-" in p.name] if d.is_dir() else []
+    return found + [str(j) for j in journals(store)]
+
+
+@pytest.mark.parametrize("moment", ["quiesce", "dump", "pack"])
+async def test_an_agent_killed_mid_checkpoint_recovers_when_it_starts_again(
+    control_plane,
+    containerd,
+    kubelet,  # noqa: F811 - the fixture imported above
+    tmp_path,
+    moment,
+):
+    api, sfx = kubelet.api, uuid.uuid4().hex[:6]
+    env = {"quiesce": [{"name": "COUNTER_QUIESCE_GATE", "value": "/snapshot-control/gate"}],
+           "dump": [{"name": "COUNTER_EXTRA_MB", "value": "512"}],
+           "pack": []}[moment]  # fmt: skip
+    pod = api.post(f"/api/v1/namespaces/{kubelet.ns}/pods", json={
+        "metadata": {"name": f"src-{sfx}"},
+        "spec": {"containers": [{"name": "main", "image": IMAGE, "env": env}]}}).json()  # fmt: skip
+    sandbox, ctr = kubelet.start(pod)
+    ip = kubelet.crictl.pod_ip(sandbox)
+    if moment == "pack":  # a rootfs diff that takes a while to pack
+        kubelet.crictl.run("exec", ctr, "sh", "-c", "head -c 150000000 /dev/urandom > /big")
+    before = int(ask(ip, PORT, timeout=30)["count"])
+    control = decisions.control_dir(kubelet.root, pod["metadata"]["uid"])
+    snap_url = snaps(kubelet.ns)
+    r = api.post(snap_url, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
+                              "metadata": {"name": f"cut-{sfx}"},
+                              "spec": {"source": {"podRef": {"name": f"src-{sfx}"},
+                                                  "containers": ["main"]}}})  # fmt: skip
+    assert r.status_code == 201, r.text
+    async with await kube.api_client(str(control_plane.kubeconfig)) as client:
+        controller = Controller(client)
+        await resync(controller)
+        await resync(controller)
+    assert conditions(api.get(f"{snap_url}/cut-{sfx}").json())["Ready"][1] == "CheckpointPending"
+
+    store, logs = containerd.store, tmp_path / "agent.log"
+    port = _free_port()
+    with open(logs, "ab") as log:
+        first = _start_agent(control_plane, containerd, kubelet.root, port, log)
+        try:
+            if moment == "quiesce":
+                wait_until(lambda: (control / CHECKPOINT_REQUESTED).exists(), [first],
+                           "the checkpoint request", logs, timeout=120, poll=0.01)  # fmt: skip
+            elif moment == "dump":
+                wait_until(lambda: _frozen(ctr, containerd.runc), [first], "the frozen source",
+                           logs, timeout=120, poll=0.002)  # fmt: skip
+            else:
+                wait_until(lambda: any((store / kubelet.ns).glob(".*staging-*/rootfs-diff.tar")),
+                           [first], "the rootfs diff being packed", logs, timeout=120,
+                           poll=0.002)  # fmt: skip
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait(10)
+
+        second = _start_agent(control_plane, containerd, kubelet.root, port, log)
+        try:
+
+            def failed() -> bool:
+                snap = api.get(f"{snap_url}/cut-{sfx}").json()
+                return conditions(snap).get("Failed", ("",))[0] == "True"
+
+            wait_until(failed, [second], "the PodSnapshot failed", logs, timeout=90)
+            assert second.poll() is None, logs.read_text()[-3000:]
+            assert _metric(port, "snapshot_agent_recovered_total") == 1.0
+            snap = api.get(f"{snap_url}/cut-{sfx}").json()
+            message = next(c["message"] for c in snap["status"]["conditions"]
+                           if c["type"] == "Failed")  # fmt: skip
+            assert "the agent restarted during the checkpoint" in message, message
+            gave_back = "thawed container" if moment == "dump" else "resumed the quiesced"
+            assert gave_back in message, message
+            assert "artifact" not in snap["status"]
+        finally:
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait(10)
+    assert int(ask(ip, PORT, timeout=30)["count"]) == before + 1, "the source lost its state"
+    assert _staging_left(store, kubelet.ns) == []
+    assert not list((store / kubelet.ns).glob(f"cut-{sfx}-*")), "no artifact at its name"
