@@ -124,6 +124,8 @@ async def test_an_agent_killed_mid_checkpoint_recovers_when_it_starts_again(
         finally:
             os.killpg(first.pid, signal.SIGKILL)
             first.wait(10)
+        if moment == "quiesce":  # the workload answers ready now, to nobody
+            (control / "gate").touch()
 
         second = _start_agent(control_plane, containerd, kubelet.root, port, log)
         try:
