@@ -107,7 +107,7 @@ async def test_a_registry_killed_mid_push_leaves_the_source_serving(
                     (work / "data").rglob("blobs/sha256")
                 )
 
-            wait_until(uploading, what="the push under way", timeout=180, poll=0.01)
+            await _until(uploading, "the push under way", timeout=180)
             subprocess.run(["pkill", "-KILL", "-f", str(work / "config.yml")], check=False)
             killed = time.monotonic()
             await settle(agent)
@@ -225,6 +225,8 @@ class ApiOutage:
         threading.Thread(target=accept, daemon=True).start()
 
     def down(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the accept() blocked on it
+            self.srv.shutdown(socket.SHUT_RDWR)
         self.srv.close()
         for c in self.conns:
             with contextlib.suppress(OSError):
@@ -263,11 +265,10 @@ async def test_an_api_server_down_from_the_dump_to_after_the_commit_ends_ready(
         agent = node_agent(client, containerd, kubelet)
         await resync(agent)
         where = containerd.store / ns
-        while not any(where.glob(f".outage-{sfx}-*.staging-*")):
-            await asyncio.sleep(0.002)
+        await _until(lambda: any(where.glob(f".outage-{sfx}-*.staging-*")), "the dump")
         proxy.down()  # the agent wrote Checkpointing; now it dumps, with no API server
-        while not any(p.is_dir() for p in where.glob(f"outage-{sfx}-*")):
-            await asyncio.sleep(0.01)
+        await _until(lambda: any(p.is_dir() for p in where.glob(f"outage-{sfx}-*")),
+                     "the commit")  # fmt: skip
         await asyncio.sleep(2)  # committed: the Ready write fails and is tried again
         pending = conditions(api.get(f"{snaps(ns)}/outage-{sfx}").json())["Ready"]
         assert pending == ("False", "Checkpointing")
@@ -281,6 +282,14 @@ async def test_an_api_server_down_from_the_dump_to_after_the_commit_ends_ready(
     assert conditions(snap)["Ready"] == ("True", "Captured"), snap["status"]
     assert "Failed" not in conditions(snap) or conditions(snap)["Failed"][0] != "True"
     wait_until(lambda: not _running(runc), what="the source ended after Ready", timeout=30)
+
+
+async def _until(cond, what: str, timeout: float = 120.0) -> None:
+    """Poll ``cond`` without blocking the event loop the agent under test runs on."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"{what}: not seen after {timeout:g}s"
+        await asyncio.sleep(0.002)
 
 
 def _running(c: RuncContainer) -> bool:
