@@ -297,3 +297,33 @@ def _running(c: RuncContainer) -> bool:
         return c.state().get("status") == "running"
     except SnapshotError:  # containerd deleted it
         return False
+
+
+async def test_a_handshake_timeout_fails_the_snapshot_with_its_condition_event_and_count(
+    control_plane,
+    containerd,
+    kubelet,  # noqa: F811 - the fixture imported above
+):
+    """A workload that never says ready: through the agent's own entry point, the
+    PodSnapshot ends Failed with reason CheckpointFailed and the handshake's error, a
+    Warning Event says the same, the failed checkpoint is counted, and the source serves
+    again once it answers."""
+    api, ns, sfx = kubelet.api, kubelet.ns, uuid.uuid4().hex[:6]
+    gate = [{"name": "COUNTER_QUIESCE_GATE", "value": "/snapshot-control/gate"}]
+    pod, ip, _ = _pod(kubelet, f"mute-{sfx}", gate)
+    before = int(ask(ip, PORT, timeout=30)["count"])
+    await _handed_over(control_plane, api, ns, f"mute-{sfx}", f"mute-{sfx}")
+    async with await kube.api_client(str(control_plane.kubeconfig)) as client:
+        agent = node_agent(client, containerd, kubelet, handshake_timeout_s=2)
+        await resync(agent)
+        await settle(agent)
+        failed = agent.metrics.registry.get_sample_value(
+            "snapshot_agent_checkpoints_total", {"result": "failed"})  # fmt: skip
+    assert failed == 1
+    snap = api.get(f"{snaps(ns)}/mute-{sfx}").json()
+    cond = next(c for c in snap["status"]["conditions"] if c["type"] == "Failed")
+    assert (cond["status"], cond["reason"]) == ("True", "CheckpointFailed"), cond
+    assert "ready-for-snapshot" in cond["message"] or "handshake" in cond["message"], cond
+    assert (f"mute-{sfx}", "CheckpointFailed") in _events(api, ns)
+    (decisions.control_dir(kubelet.root, pod["metadata"]["uid"]) / "gate").touch()
+    assert int(ask(ip, PORT, timeout=30)["count"]) == before + 1, "the source serves again"

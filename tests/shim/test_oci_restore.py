@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import pytest
 
@@ -52,3 +53,34 @@ def test_restore_from_a_registry_into_an_empty_cache(cri, containerd, tmp_path):
     assert "pull" in reports[0]["timings"], "the first restore pulled"
     assert "pull" not in reports[1]["timings"], "the second found it in the cache"
     assert (cache / art.digest.removeprefix("sha256:") / "manifest.json").is_file()
+
+
+def test_a_registry_down_at_the_pull_falls_back_to_a_cold_start_in_bounded_time(
+    cri, containerd, tmp_path
+):
+    """Faults round 2: a registry killed mid-pull held StartContainer for 120 s (oras' own
+    retries ignored the pull deadline), past the kubelet's call: no report, no cold start.
+    With the registry down once the artifact was pushed, the shim's pull now gives up within
+    its retry window (20 s), inside the node's pull timeout (90 s): the container
+    cold-starts, the report says why, and nothing stays in the node cache."""
+    c, _ = cri
+    art, _, _ = checkpoint_pod_a(cri, containerd)
+    with oci_registry.docker_registry(tmp_path / "registry") as reg:
+        ref = oci.OciRef.parse(f"oci://{reg.address}/snapshots/cri:{art.path.name}")
+        access = oci.RegistryAccess(plain_http=frozenset({"127.0.0.1"}))
+        pushed = oci.push(art.path, ref, access, {oci.MANIFEST_DIGEST_KEY: art.digest})
+    shutil.rmtree(art.path)  # the node holds no copy, and the registry is gone
+    ctl = tmp_path / "ctl-down"
+    ctl.mkdir()
+    t0 = time.monotonic()
+    pod, _, r = start_pod(cri, "down", annotations={**admitted(art), ARTIFACT: pushed.uri},
+                          control=ctl)  # fmt: skip
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert took < 60, f"the start took {took:.0f}s"
+    report = json.loads((ctl / RESTORE_REPORT).read_text())
+    assert report["outcome"] == "fell-back", report
+    assert reg.address in json.dumps(report), report
+    assert ask(c.pod_ip(pod), PORT, timeout=30)["count"] == "1", "a cold start"
+    cache = containerd.store / CACHE_DIR
+    assert not cache.exists() or not any(cache.iterdir()), sorted(cache.iterdir())
