@@ -12,6 +12,7 @@ that never quiesces holds up nobody else's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import time
@@ -184,9 +185,13 @@ class Agent:
             try:
                 with kube.isolated(snap):
                     await self.checkpoint(snap)
-            except Exception:  # a bug must not vanish silently with the task
+            except Exception as e:  # a bug must not vanish silently with the task
                 log.exception("checkpoint of PodSnapshot %s/%s failed",
                               snap.metadata.namespace, snap.metadata.name)  # fmt: skip
+                # nor leave it Checkpointing, which the signer would sign for
+                with contextlib.suppress(Exception):
+                    await self._fail(snap, f"the checkpoint failed: {type(e).__name__}: "
+                                           f"{str(e)[:300]}")  # fmt: skip
 
         uid = snap.metadata.uid
         task = asyncio.ensure_future(run())

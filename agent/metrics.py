@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from kubeclient.metrics_server import serve_metrics
 
 
 class AgentMetrics:
@@ -39,5 +41,5 @@ class AgentMetrics:
         )  # fmt: skip
 
     def serve(self, port: int) -> None:
-        """/metrics on port, from a background thread."""
-        start_http_server(port, registry=self.registry)
+        """/metrics on port, from a background thread (bounded: kubeclient/metrics_server)."""
+        serve_metrics(port, self.registry)

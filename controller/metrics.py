@@ -4,7 +4,9 @@ whether it leads; its API requests are counted by the client
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from kubeclient.metrics_server import serve_metrics
 
 
 class ControllerMetrics:
@@ -23,5 +25,5 @@ class ControllerMetrics:
         )  # fmt: skip
 
     def serve(self, port: int) -> None:
-        """/metrics on port, from a background thread."""
-        start_http_server(port, registry=self.registry)
+        """/metrics on port, from a background thread (bounded: kubeclient/metrics_server)."""
+        serve_metrics(port, self.registry)

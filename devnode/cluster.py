@@ -107,8 +107,10 @@ class Cluster:
             "kubeletRoot": str(self.kubelet_root),
         },
             # no DNS for Services here: agents reach the signer at a fixed ClusterIP; and this
-            # one node is the "GPU" node, where the chart's default keeps the signer off
+            # one node is the "GPU" node, where the chart's defaults keep the control plane off
             "signer": {"clusterIP": SIGNER_IP, "affinity": None, "replicas": 1},
+            "controller": {"affinity": None},
+            "webhook": {"affinity": None},
         }  # fmt: skip
 
 

@@ -92,6 +92,9 @@ class _Api:
             raise EngineApiError(f"{self.q.engine} {method} {path}: HTTP {r.status} {text}")
         try:
             return json.loads(raw) if raw.strip() else None
+        except RecursionError:
+            raise EngineApiError(f"{self.q.engine} {method} {path}: answer nested too "
+                                 "deeply") from None  # fmt: skip
         except ValueError:
             return raw[:300].decode(errors="replace")
 
@@ -133,7 +136,13 @@ def _run(q: Quiesce, netns: str, steps: Callable[[_Api], None], phase: str) -> f
     t0 = time.monotonic()
     api = _Api(q, t0 + q.timeout_seconds)
     try:
-        in_netns(netns, lambda: steps(api))  # the engine's loopback is its namespace's
+        try:
+            in_netns(netns, lambda: steps(api))  # the engine's loopback is its namespace's
+        except (TypeError, ValueError, ArithmeticError, RecursionError) as e:
+            # the tenant's answers, converted: JSON Infinity (OverflowError), an object
+            # where a number belongs (TypeError), nesting past the parser (RecursionError)
+            raise EngineApiError(f"{q.engine}: malformed answer ({type(e).__name__}: "
+                                 f"{str(e)[:200]})") from None  # fmt: skip
     except EngineApiError as e:
         e.phase = phase  # what a restore report names as the failed phase
         raise

@@ -36,6 +36,8 @@ def refusal(caller: Caller, agent_user: str, req: SignRequest, snap: PodSnapshot
         return f"{ref} is being deleted"
     if snap.node_name != caller.node:
         return f"{ref} is handed to node {snap.node_name or '(none)'}, not to {caller.node}"
+    if snap.status.artifact is not None:  # finished once: never signed for again
+        return f"{ref} already has an artifact ({snap.status.artifact.manifest_digest})"
     failed = condition_true(snap.status.conditions, PodSnapshotConditions.FAILED)
     if failed or snap.ready_reason != PodSnapshotReasons.CHECKPOINTING:
         return f"{ref} is not being checkpointed (Ready: {snap.ready_reason or 'unset'})"

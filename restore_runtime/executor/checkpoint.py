@@ -106,6 +106,10 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
 
 def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
     timer = PhaseTimer(progress.phase)
+    if req.quiesce is not None and req.quiesce.timeout_seconds > req.handshake_timeout_s:
+        # the admin's bound wins over the tenant's profile: slots are held no longer
+        bound = max(1, int(req.handshake_timeout_s))
+        req.quiesce = req.quiesce.model_copy(update={"timeout_seconds": bound})
     with timer.phase("setup"):
         if req.runc_container is not None and not req.pid:
             req.pid = req.runc_container.init_pid()

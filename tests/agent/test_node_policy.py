@@ -131,3 +131,59 @@ def test_the_agent_cannot_hand_a_podsnapshot_to_another_node(agent_client):
                     json={"status": {"source": {"nodeName": "node-b"}}})  # fmt: skip
     assert r.status_code == 403 and "another node" in r.json()["message"], r.text
     assert admin.get(f"{SNAPS}/mine").json()["status"]["source"]["nodeName"] == "node-a"
+
+
+def _handed_to_node_a(admin, name: str, status: dict) -> None:
+    spec = {"source": {"podRef": {"name": "mine"}, "containers": ["main"]}}
+    r = admin.post(SNAPS, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
+                                "metadata": {"name": name, "finalizers": ["x.example/keep"]},
+                                "spec": spec})  # fmt: skip
+    assert r.status_code == 201, r.text
+    r = admin.patch(f"{SNAPS}/{name}/status", headers=MERGE,
+                    json={"status": {"source": {"nodeName": "node-a"}, **status}})  # fmt: skip
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("finished", ["Captured", "Failed"])
+def test_a_finished_podsnapshot_is_final_for_the_agent(agent_client, finished):
+    """Isolation round 3, attack 1: root on node-a, with its agent's token, patched a
+    Captured (or Failed) PodSnapshot back to Ready=False/Checkpointing, and the signer then
+    signed any manifest for it. The agent-node policy now refuses any change to a finished
+    PodSnapshot's status; the controller (here the admin) still may."""
+    admin, agent, _ = agent_client
+    name = f"done-{finished.lower()}"
+    if finished == "Captured":
+        conds = [{"type": "Ready", "status": "True", "reason": "Captured", "message": "1 GB",
+                  "lastTransitionTime": CHANGED}]  # fmt: skip
+        extra = {"artifact": {"uri": "file:///var/lib/snapshot/x", "sizeBytes": 1,
+                              "manifestDigest": "sha256:" + "a" * 64}}  # fmt: skip
+    else:
+        conds = [{"type": "Ready", "status": "False", "reason": "CheckpointFailed",
+                  "message": "", "lastTransitionTime": CHANGED},
+                 {"type": "Failed", "status": "True", "reason": "CheckpointFailed",
+                  "message": "boom", "lastTransitionTime": CHANGED}]  # fmt: skip
+        extra = {}
+    _handed_to_node_a(admin, name, {"conditions": conds, **extra})
+    r = patch_snapshot_status(agent, name)
+    assert r.status_code == 403 and "is finished" in r.json()["message"], r.text
+    forged = {"uri": "file:///elsewhere", "sizeBytes": 2, "manifestDigest": "sha256:" + "b" * 64}
+    r = agent.patch(f"{SNAPS}/{name}/status", headers=MERGE,
+                    json={"status": {"artifact": forged}})  # fmt: skip
+    assert r.status_code == 403 and "is finished" in r.json()["message"], r.text
+    stored = admin.get(f"{SNAPS}/{name}").json()["status"]
+    assert stored["conditions"] == conds
+    # the agent still drops its finalizer (metadata, not status) when it deletes an artifact
+    r = agent.patch(f"{SNAPS}/{name}", headers=MERGE, json={"metadata": {"finalizers": None}})
+    assert r.status_code == 200, r.text
+
+
+def test_the_agent_cannot_change_what_a_podsnapshot_captures(agent_client):
+    """By reading (isolation round 3): the agent's RBAC may patch the main resource (for its
+    finalizer), so its node could try to rewrite a PodSnapshot's spec (its source pod,
+    keepSourceRunning). The CRD's own rule keeps the spec immutable, for everyone."""
+    admin, agent, _ = agent_client
+    _handed_to_node_a(admin, "spec-kept", {})
+    r = agent.patch(f"{SNAPS}/spec-kept", headers=MERGE,
+                    json={"spec": {"keepSourceRunning": True}})  # fmt: skip
+    assert r.status_code == 422 and "spec is immutable" in r.json()["message"], r.text
+    assert not admin.get(f"{SNAPS}/spec-kept").json()["spec"].get("keepSourceRunning")

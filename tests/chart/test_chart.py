@@ -15,6 +15,7 @@ PLURALS = {
     "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
     "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets",
     "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+    "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
     "MutatingWebhookConfiguration":
@@ -148,6 +149,45 @@ def test_no_gpu_node_holds_the_signing_key():
     assert vap["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE", "UPDATE"]
     assert binding["spec"]["policyName"] == vap["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+def test_the_control_plane_stays_off_gpu_nodes_by_default():
+    """Isolation round 3, attack 2: the controller (whose token hands PodSnapshots to nodes,
+    what the signer trusts) and the webhook (whose node holds its serving key) could be
+    scheduled onto GPU nodes. Each control-plane Deployment now requires a node without
+    nvidia.com/gpu.present=true, and a value per component sets another affinity."""
+    no_gpu = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
+    k = by_kind(chart.render())
+    for part in ("controller", "webhook", "signer"):
+        deploy = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith(f"-{part}"))
+        terms = deploy["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+        assert [t["matchExpressions"] for t in terms] == [no_gpu], part
+    k = by_kind(chart.render(set_values={"controller.affinity": "null"}))
+    deploy = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-controller"))
+    assert "affinity" not in deploy["spec"]["template"]["spec"]
+
+
+def test_network_policies_let_only_scrapers_and_agents_reach_the_listeners():
+    """Isolation round 3, attack 5 (with kubeclient/metrics_server.py's bounds): any pod
+    could reach the agent's, controller's and signer's ports. A NetworkPolicy per component
+    now admits only its port, from the release's namespace and networkPolicy.metricsFrom
+    (the signer: from the agents too); off with networkPolicy.enabled=false."""
+    k = by_kind(chart.render())
+    pols = {p["metadata"]["name"].removeprefix("snap-snapshot-"): p["spec"]
+            for p in k["NetworkPolicy"]}  # fmt: skip
+    assert set(pols) == {"agent", "controller", "signer", "webhook"}
+    release = {"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "snapshot-system"}}}  # fmt: skip
+    for part, port in (("agent", 9400), ("controller", 9401)):
+        (rule,) = pols[part]["ingress"]
+        assert rule["ports"] == [{"port": port, "protocol": "TCP"}]
+        assert release in rule["from"] and len(rule["from"]) == 2, rule
+    (rule,) = pols["signer"]["ingress"]
+    assert rule["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "agent"
+    assert all(p["policyTypes"] == ["Ingress"] for p in pols.values())
+    off = chart.render(set_values={"networkPolicy.enabled": "false"})
+    assert "NetworkPolicy" not in by_kind(off)
 
 
 def test_two_controller_replicas_elect_a_leader():

@@ -149,3 +149,32 @@ def test_a_dead_checkpoints_engine_is_woken_by_recovery(tmp_path, netns, cleanup
                 quiesce=q.model_dump(mode="json"))  # fmt: skip
     assert give_back(j) == ["woke vllm through its API"]
     assert generate(netns, port)["status"] == 200
+
+
+@pytest.mark.parametrize("mode", ["infinity", "object", "nested"])
+def test_a_hostile_engine_answer_is_one_error_and_the_source_serves(
+    tmp_path, netns, cleanup_pids, mode
+):
+    """Isolation round 3, attack 6: JSON Infinity gave OverflowError, an object where a
+    number belongs TypeError, deep nesting RecursionError; the agent catches SnapshotError,
+    so its task died and the PodSnapshot stayed Checkpointing (signable). Each is now an
+    EngineApiError that fails the checkpoint, and the source is woken."""
+    pid, port = start(tmp_path, netns, cleanup_pids, mode, engine="tensorrt-llm")
+    q = Quiesce(engine=Engine.TRTLLM, port=port, timeoutSeconds=10)
+    with pytest.raises(EngineApiError, match=r"malformed answer|nested too deeply"):
+        checkpoint(CheckpointRequest(output=tmp_path / "art", pid=pid, quiesce=q))
+    assert not (tmp_path / "art").exists()
+    assert generate(netns, port)["status"] == 200, "the source serves"
+
+
+def test_the_admins_quiesce_bound_wins_over_the_profiles(tmp_path, netns, cleanup_pids):
+    """Isolation round 3, attack 4: a tenant's quiesce.timeoutSeconds (up to 3600 s)
+    overrode the node's bound (the agent's --handshake-timeout), holding checkpoint slots
+    for an hour. The effective timeout is the smaller of the two."""
+    pid, port = start(tmp_path, netns, cleanup_pids, "hangs")
+    t0 = time.monotonic()
+    with pytest.raises(EngineApiError, match="within 2s"):
+        checkpoint(CheckpointRequest(output=tmp_path / "art", pid=pid, quiesce=vllm(port, 3600),
+                                     handshake_timeout_s=2))  # fmt: skip
+    assert time.monotonic() - t0 < 30
+    assert generate(netns, port)["status"] == 200, "the source serves"

@@ -1,9 +1,10 @@
 """The signer's decision alone (pure), for the states the API-server test does not reach:
-a PodSnapshot being deleted, one already Failed, and the happy path it shares with it."""
+a PodSnapshot being deleted, one already Failed, one that already has an artifact although
+it says Checkpointing again, and the happy path it shares with it."""
 
 from __future__ import annotations
 
-from api.crd import PodSnapshot
+from api.crd import ArtifactRef, PodSnapshot
 from api.manifest import Compat, FileEntry, Manifest, Source
 from api.signer import SignRequest
 from signer.policy import Caller, refusal
@@ -41,3 +42,13 @@ def test_a_failed_podsnapshot_is_refused():
     failed = {"type": "Failed", "status": "True", "reason": "CheckpointFailed"}
     why = refusal(CALLER, AGENT, REQ, snap([CHECKPOINTING, failed]), MANIFEST) or ""
     assert "not being checkpointed" in why
+
+
+def test_a_podsnapshot_that_already_has_an_artifact_is_refused_even_if_reopened():
+    """Isolation round 3, attack 1: a finished PodSnapshot moved back to Checkpointing (by a
+    party the admission policy does not stop) got any manifest signed. One that already
+    names an artifact is never signed for again."""
+    s = snap([CHECKPOINTING])
+    s.status.artifact = ArtifactRef(uri="file:///x", manifestDigest="sha256:" + "a" * 64,
+                                    sizeBytes=1)  # fmt: skip
+    assert "already has an artifact" in (refusal(CALLER, AGENT, REQ, s, MANIFEST) or "")

@@ -16,7 +16,9 @@ allocates it again. STANDIN_ENGINE picks the engine:
 Threads answer the calls, so a hung one holds up no other. STANDIN_MODE picks a broken vLLM:
 ``no-sleep-mode`` (404 on the sleep endpoints, as a vLLM started without
 --enable-sleep-mode), ``never-sleeps``, ``hangs`` (the sleep call never answers), ``huge``
-(is_sleeping answers 8 MiB), ``wake-fails`` (500 on /wake_up).
+(is_sleeping answers 8 MiB), ``wake-fails`` (500 on /wake_up); and a hostile TensorRT-LLM's
+/metrics: ``infinity`` (JSON Infinity), ``object`` (an object for a number), ``nested``
+(20000 levels of arrays).
 
     python standin_engine.py HOST PORT
 """
@@ -33,6 +35,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ENGINE = os.environ.get("STANDIN_ENGINE", "vllm")
 MODE = os.environ.get("STANDIN_MODE", "ok")
 KV_MB = 32
+#: hostile answers of a TensorRT-LLM's /metrics, by STANDIN_MODE
+HOSTILE = {
+    "infinity": b'[{"numActiveRequests": Infinity, "numQueuedRequests": 0}]',
+    "object": b'[{"numActiveRequests": {"a": 1}, "numQueuedRequests": 0}]',
+    "nested": b"[" * 20000 + b"]" * 20000,
+}
 
 
 class State:
@@ -66,6 +74,13 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def raw(self, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def do_GET(self) -> None:
         if self.path == "/generate":
             if STATE.sleeping:
@@ -80,6 +95,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(200, {"is_sleeping": STATE.sleeping})
         if ENGINE == "tensorrt-llm" and self.path == "/health":
             return self.answer(200)
+        if ENGINE == "tensorrt-llm" and self.path == "/metrics" and MODE in HOSTILE:
+            return self.raw(HOSTILE[MODE])
         if ENGINE == "tensorrt-llm" and self.path == "/metrics":
             STATE.active = max(0, STATE.active - 1)
             return self.answer(200, [{"iter": 1, "numActiveRequests": STATE.active,

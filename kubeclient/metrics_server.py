@@ -1,0 +1,54 @@
+"""The components' /metrics listener, bounded: prometheus-client's ``start_http_server``
+gives every connection a thread with no timeout and no cap, so idle connections from any pod
+(400 held 400 threads) starved the agent and the controller of threads, or memory. Here a
+connection that says nothing for ``timeout_s`` is closed, and past ``max_connections`` at
+once a new one is closed unanswered; a scrape takes milliseconds, so neither touches
+Prometheus."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from http.server import ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, MetricsHandler
+
+log = logging.getLogger(__name__)
+MAX_CONNECTIONS = 16
+IDLE_TIMEOUT_S = 10.0
+
+
+class BoundedMetricsServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, port: int, registry: CollectorRegistry, addr: str = "0.0.0.0",
+                 max_connections: int = MAX_CONNECTIONS,
+                 timeout_s: float = IDLE_TIMEOUT_S) -> None:  # fmt: skip
+        handler = type("Handler", (MetricsHandler.factory(registry),), {"timeout": timeout_s})
+        self.slots = threading.BoundedSemaphore(max_connections)
+        super().__init__((addr, port), handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self.slots.acquire(blocking=False):
+            log.warning("metrics: over %s connections at once, closed one from %s",
+                        self.slots._initial_value, client_address[0])  # fmt: skip
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+def serve_metrics(port: int, registry: CollectorRegistry, **bounds) -> BoundedMetricsServer:
+    """/metrics (any path) on ``port``, from a background thread."""
+    server = BoundedMetricsServer(port, registry, **bounds)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
