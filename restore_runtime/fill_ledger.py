@@ -61,12 +61,19 @@ def _lock(kind: int, byte: int) -> bytes:
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def fs_type(path: Path) -> int:
+def fs_type(file: Path | int) -> int:
+    """statfs's f_type of a path, or of an open descriptor (fstatfs)."""
     buf = ctypes.create_string_buffer(256)  # struct statfs; f_type is its first word
-    if _libc.statfs(os.fsencode(path), buf) != 0:
+    ok = (_libc.fstatfs(file, buf) if isinstance(file, int)
+          else _libc.statfs(os.fsencode(file), buf)) == 0  # fmt: skip
+    if not ok:
         err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), str(path))
+        raise OSError(err, os.strerror(err), str(file))
     return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+
+
+def _stat(file: Path | int) -> os.stat_result:
+    return os.fstat(file) if isinstance(file, int) else os.stat(file)
 
 
 def _root_only(st: os.stat_result) -> bool:
@@ -102,18 +109,21 @@ class Claim:
 
 
 class Ledger:
-    def __init__(self, path: Path, identity: Identity, memory_file: Path) -> None:
+    def __init__(self, path: Path, identity: Identity, memory_file: Path | int) -> None:
         self.path, self.identity, self.memory_file = path, identity, memory_file
         self._slot_fd: int | None = None  # this fill's counted slot in FILLS (enter)
 
     @classmethod
-    def open(cls, root: Path, memory_file: Path, algorithm: str,
+    def open(cls, root: Path, memory_file: Path | int, algorithm: str,
              digests: list[str]) -> Ledger | None:  # fmt: skip
         """The ledger of ``memory_file`` (checked against ``digests``) under ``root``, or None
         where marks cannot be trusted: the file on a shared file system, changed within
-        ``SETTLE_S``, or ``root`` not a root-only directory. Makes ``root`` (0700) if missing."""
+        ``SETTLE_S``, or ``root`` not a root-only directory. Makes ``root`` (0700) if missing.
+        A restore passes the descriptor its fill reads through (memfill.fill): the identity
+        is then that of the bytes filled in, whatever the path names meanwhile (a parent
+        directory swapped between the check and the reads changed no change time)."""
         try:
-            st = os.stat(memory_file)
+            st = _stat(memory_file)
             if fs_type(memory_file) not in LOCAL_FS:
                 log.info("memory file on a shared file system: every chunk is hashed")
                 return None
@@ -187,7 +197,7 @@ class Ledger:
         """Whether the memory file is still the version the marks were made for (asked after
         the fill: a write during it changes the change time)."""
         try:
-            return Identity.of(os.stat(self.memory_file)) == self.identity
+            return Identity.of(_stat(self.memory_file)) == self.identity
         except OSError:
             return False
 

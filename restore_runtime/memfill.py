@@ -96,7 +96,7 @@ def _write(pid: int, buf: ctypes.Array, at: int, remote: int, length: int) -> No
                             + (f" ({os.strerror(err)})" if err else ""))  # fmt: skip
 
 
-def _chunk(path: Path, plan: _Plan, algorithm: FileDigest, index: int, offset: int,
+def _chunk(fd: int, plan: _Plan, algorithm: FileDigest, index: int, offset: int,
            length: int, verify: bool = True) -> tuple[str | None, dict]:  # fmt: skip
     """Write chunk ``index`` where it belongs, hashing it unless ``verify`` is off; returns its
     digest (None unhashed) and the seconds this thread spent in each step."""
@@ -105,7 +105,6 @@ def _chunk(path: Path, plan: _Plan, algorithm: FileDigest, index: int, offset: i
     buf = (ctypes.c_char * len(raw)).from_buffer(raw)
     view = memoryview(raw)
     spent = dict.fromkeys(("read", "hash", "write"), 0.0)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         done = 0
         while done < length:
@@ -127,7 +126,6 @@ def _chunk(path: Path, plan: _Plan, algorithm: FileDigest, index: int, offset: i
             done += n
     finally:
         del buf
-        os.close(fd)
     return (h.hexdigest() if h is not None else None), spent
 
 
@@ -164,7 +162,7 @@ class _Share:
         return thread < self.threads
 
 
-def _drain(thread: int, share: _Share, todo: deque, path: Path, plan: _Plan,
+def _drain(thread: int, share: _Share, todo: deque, fd: int, plan: _Plan,
            algorithm: FileDigest, digests: list[str], ledger: Ledger | None,
            out: dict) -> None:  # fmt: skip
     """One thread: fill chunks off ``todo`` until none is left, or until its share of the
@@ -183,7 +181,7 @@ def _drain(thread: int, share: _Share, todo: deque, path: Path, plan: _Plan,
             continue
         try:
             trusted = claim is not None and claim.verified
-            digest, spent = _chunk(path, plan, algorithm, i, offset, length, verify=not trusted)
+            digest, spent = _chunk(fd, plan, algorithm, i, offset, length, verify=not trusted)
             if claim is not None and not trusted and digest == digests[i]:
                 claim.mark()
         finally:
@@ -192,13 +190,27 @@ def _drain(thread: int, share: _Share, todo: deque, path: Path, plan: _Plan,
         out[i] = digest, spent
 
 
-def fill(path: Path, chunk_size: int, digests: list[str], algorithm: FileDigest,
+def fill(memory: Path | int, chunk_size: int, digests: list[str], algorithm: FileDigest,
          ranges: list[MemoryRange], host_pid: dict[int, int], workers: int | None = None,
          ledger: Ledger | None = None) -> FillResult:  # fmt: skip
-    """Write ``path``'s bytes into the stopped tree (``host_pid``: the images' PIDs to the
-    host's), checking chunk ``i`` against ``digests[i]`` unless ``ledger`` says this node
-    already did. Raises VerificationError on a mismatch, SnapshotError on a failed write."""
-    size = os.stat(path).st_size
+    """Write the memory file's bytes into the stopped tree (``host_pid``: the images' PIDs to
+    the host's), checking chunk ``i`` against ``digests[i]`` unless ``ledger`` says this node
+    already did. Raises VerificationError on a mismatch, SnapshotError on a failed write.
+    ``memory``: the descriptor the ledger was opened on (a restore's: every chunk is read
+    through it, whatever its path names meanwhile), or a path, opened once here."""
+    if isinstance(memory, int):
+        return _fill(memory, chunk_size, digests, algorithm, ranges, host_pid, workers, ledger)
+    fd = os.open(memory, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        return _fill(fd, chunk_size, digests, algorithm, ranges, host_pid, workers, ledger)
+    finally:
+        os.close(fd)
+
+
+def _fill(fd: int, chunk_size: int, digests: list[str], algorithm: FileDigest,
+          ranges: list[MemoryRange], host_pid: dict[int, int], workers: int | None,
+          ledger: Ledger | None) -> FillResult:  # fmt: skip
+    size = os.fstat(fd).st_size
     plan = _Plan(ranges, host_pid)
     offsets = range(0, size, chunk_size)
     chunks = [(i, off, min(chunk_size, size - off)) for i, off in enumerate(offsets)]
@@ -220,7 +232,7 @@ def fill(path: Path, chunk_size: int, digests: list[str], algorithm: FileDigest,
         ledger.enter()
     try:
         with ThreadPoolExecutor(n) as pool:
-            for f in [pool.submit(_drain, t, share, todo, path, plan, algorithm, digests,
+            for f in [pool.submit(_drain, t, share, todo, fd, plan, algorithm, digests,
                                   ledger, out) for t in range(n)]:  # fmt: skip
                 f.result()
     finally:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -259,20 +260,26 @@ class Restore:
                 self.memory_index = self._index.result()
             pages = self.artifact / MEMORY_PAGES
             with self.phase("fill"):
-                ledger = None
-                if self.req.fill_ledger is not None:
-                    ledger = Ledger.open(self.req.fill_ledger, pages, manifest.file_digest,
-                                         self.memory.digests)  # fmt: skip
-                filled = memfill.fill(
-                    pages,
-                    manifest.chunk_size,
-                    self.memory.digests,
-                    manifest.file_digest,
-                    self.memory_index.ranges,
-                    procs.host_pids_by_ns_pid(pid),
-                    self.req.fill_threads or memfill.default_workers(),
-                    ledger,
-                )
+                # one descriptor for the ledger's identity and every chunk's read: a swapped
+                # parent directory cannot put other bytes behind a trusted mark
+                fd = os.open(pages, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                try:
+                    ledger = None
+                    if self.req.fill_ledger is not None:
+                        ledger = Ledger.open(self.req.fill_ledger, fd, manifest.file_digest,
+                                             self.memory.digests)  # fmt: skip
+                    filled = memfill.fill(
+                        fd,
+                        manifest.chunk_size,
+                        self.memory.digests,
+                        manifest.file_digest,
+                        self.memory_index.ranges,
+                        procs.host_pids_by_ns_pid(pid),
+                        self.req.fill_threads or memfill.default_workers(),
+                        ledger,
+                    )
+                finally:
+                    os.close(fd)
             self.filled = filled.bytes
             log.info("filled %.2f GB of memory in %.2fs with %d thread(s) (%d chunk(s) "
                      "hashed, %d verified before on this node)", filled.bytes / 1e9,

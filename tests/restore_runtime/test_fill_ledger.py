@@ -174,3 +174,41 @@ def test_fills_at_once_on_a_node_share_its_threads(tmp_path, target):
     assert crowded.threads == 1
     assert _read(pid, addr, len(content)) == content
     assert others[0].fills() == 1  # none held now: never fewer than one
+
+
+def test_a_parent_directory_swapped_during_the_fill_puts_no_other_bytes_in(tmp_path, target):
+    """Isolation round 3, attack 3: the ledger's identity came from a stat() of the path and
+    every chunk was read by opening the path again, so an artifact directory swapped for one
+    holding other bytes after the check (and swapped back before the end: renaming a parent
+    changes no change time inside) put those bytes into the process unhashed. A restore now
+    opens the memory file once (executor/restore.py) and gives that descriptor to the ledger
+    and the fill: the swapped-in bytes are never read. The attacker's timing is a hook on
+    the ledger's final check, which swaps the directories back."""
+    pid, addr = target
+    art = tmp_path / "art"
+    art.mkdir()
+    path, content, digests, ranges = _setup(art, pid, addr)
+    root = tmp_path / "ledger"
+    _fill(path, digests, ranges, pid, root)  # verified once: every chunk marked
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        ledger = Ledger.open(root, fd, FILE_DIGEST, digests)
+        assert ledger is not None
+        os.rename(art, tmp_path / "art.orig")  # the attacker's directory, other bytes
+        evil = tmp_path / "art"
+        evil.mkdir()
+        (evil / path.name).write_bytes(bytes(b ^ 0xFF for b in content))
+        checked = ledger.unchanged
+
+        def swap_back() -> bool:
+            os.rename(evil, tmp_path / "art.evil")
+            os.rename(tmp_path / "art.orig", art)
+            return checked()
+
+        ledger.unchanged = swap_back  # type: ignore[method-assign]
+        result = memfill.fill(fd, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2,
+                              ledger=ledger)  # fmt: skip
+    finally:
+        os.close(fd)
+    assert result.trusted == 3, "the marks were used"
+    assert _read(pid, addr, len(content)) == content, "only the verified bytes went in"
