@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -27,12 +27,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("snapshot.signer")
 GetSnapshot = Callable[[str, str], Awaitable[PodSnapshot | None]]
+GetPod = Callable[[str, str], Awaitable[dict[str, Any] | None]]
 #: the JSON around a base64 manifest of the largest size allowed
 MAX_BODY = MAX_MANIFEST_BYTES * 4 // 3 + 64 * 1024
 
 
 def create_app(key: Ed25519PrivateKey, authenticate: Authenticate, get_snapshot: GetSnapshot,
-               agent_user: str) -> FastAPI:  # fmt: skip
+               get_pod: GetPod, agent_user: str) -> FastAPI:  # fmt: skip
     """``agent_user``: the node agents' service account (system:serviceaccount:NS:NAME), the
     only caller served."""
     app = FastAPI(title="snapshot-signer", docs_url=None, redoc_url=None, openapi_url=None)
@@ -83,10 +84,14 @@ def create_app(key: Ed25519PrivateKey, authenticate: Authenticate, get_snapshot:
             return answer("malformed", 400, f"malformed request: {str(e)[:500]}")
         try:
             snap = await get_snapshot(req.namespace, req.name)
+            pod = None
+            if snap is not None:
+                pod = await get_pod(req.namespace, snap.spec.source.pod_ref.name)
         except Exception as e:
-            log.warning("reading PodSnapshot %s/%s failed: %s", req.namespace, req.name, e)
+            log.warning("reading PodSnapshot %s/%s or its pod failed: %s", req.namespace,
+                        req.name, e)  # fmt: skip
             return answer("unavailable", 503, f"cannot read the PodSnapshot: {type(e).__name__}")
-        if why := policy.refusal(caller, agent_user, req, snap, manifest):
+        if why := policy.refusal(caller, agent_user, req, snap, manifest, pod):
             log.warning("refused %s (node %s): %s", caller.username, caller.node, why)
             return answer("refused", 403, why)
         signature = key.sign(raw)

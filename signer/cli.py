@@ -58,6 +58,7 @@ async def serve(args: argparse.Namespace) -> None:
     async with api:
         snapshots = kube.pod_snapshots(api)
         app = create_app(key, token_review(api, args.audience), snapshots.get,
+                         lambda ns, name: kube.read_pod(api, ns, name),
                          f"system:serviceaccount:{args.agent_service_account}")  # fmt: skip
         log.info("signing for %s (audience %s)", args.agent_service_account, args.audience)
         await certs.serve_tls(app, args.host, args.port, cert, tls_key, args.log_level)

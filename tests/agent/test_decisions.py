@@ -187,3 +187,32 @@ def test_checkpoint_target_or_why_not(source, snap, why):
 def test_the_checkpoint_target():
     t = d.checkpoint_target(pod(), snapshot(uid="uid-1"), "node-a")
     assert t == d.CheckpointTarget("abc123", "uid-1", "sha256:" + "e" * 64)
+
+
+CRI = {"io.kubernetes.cri.container-type": "container",
+       "io.kubernetes.cri.sandbox-namespace": "team-a",
+       "io.kubernetes.cri.sandbox-name": "src",
+       "io.kubernetes.cri.sandbox-uid": "uid-1",
+       "io.kubernetes.cri.container-name": "main"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        (None, None, None),
+        ("io.kubernetes.cri.sandbox-uid", "uid-2", "sandbox-uid 'uid-2' (want 'uid-1')"),
+        ("io.kubernetes.cri.sandbox-namespace", "team-b", "sandbox-namespace 'team-b'"),
+        ("io.kubernetes.cri.sandbox-name", "victim", "sandbox-name 'victim' (want 'src')"),
+        ("io.kubernetes.cri.container-name", "sidecar", "container-name 'sidecar'"),
+        ("io.kubernetes.cri.container-type", "sandbox", "container-type 'sandbox'"),
+    ],
+)  # fmt: skip
+def test_container_problem_checks_every_cri_label(key, value, why):
+    """Isolation round 3, a test that checked less: the node flow only trips on a wrong
+    sandbox name, so the uid, namespace and container-name checks could go unnoticed.
+    Each label of the runtime's container must be the named pod's own."""
+    labels = dict(CRI) if key is None else {**CRI, key: value}
+    the_pod = {"metadata": {"namespace": "team-a", "name": "src", "uid": "uid-1"},
+               "status": {"containerStatuses": [{"name": "main"}]}}  # fmt: skip
+    got = d.container_problem(labels, the_pod, "main")
+    assert got is None if why is None else why in (got or ""), got

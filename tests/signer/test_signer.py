@@ -4,7 +4,8 @@ tokens bound to an agent pod on node-a (TokenReview gives the signer that pod's 
 
 Cases: node-a's agent gets a signature for a PodSnapshot handed to node-a and being captured,
 which verifies with the key the signer serves (also through the agent's client); refused: a
-PodSnapshot handed to node-b (a node taken over asking for another's), a manifest bound to
+PodSnapshot handed to node-b (a node taken over asking for another's), one handed to node-a
+whose source pod runs on node-b (what the controller's token could write), a manifest bound to
 another PodSnapshot, a stale uid, a PodSnapshot already captured, a token of another service
 account, a token not bound to a pod, a token made for the API server, no token; an oversized
 request is refused before it is read."""
@@ -12,6 +13,7 @@ request is refused before it is read."""
 from __future__ import annotations
 
 import base64
+import hashlib
 
 import pytest
 
@@ -19,7 +21,7 @@ from agent.signer_client import RemoteSigner, SignerError
 from api.crd import PodSnapshot
 from api.manifest import Compat, FileEntry, Manifest, Source
 from api.signer import KEY_PATH, SIGN_PATH, SIGNER_AUDIENCE, SignRequest
-from devnode import chart
+from devnode import chart, wait_until
 from devnode.webhook import signer_process
 from restore_runtime.artifact import signing
 from tests.controller.objects import bound_pod
@@ -60,9 +62,15 @@ def cluster(control_plane, tmp_path_factory):
         pods = {sa: admin.post(f"/api/v1/namespaces/{SYSTEM}/pods",
                                json=bound_pod(f"{sa}-a", "node-a", sa)).json()
                 for sa in (AGENT, OTHER)}  # fmt: skip
-        for name, node, ready in (("mine", "node-a", CHECKPOINTING),
-                                  ("theirs", "node-b", CHECKPOINTING),
-                                  ("done", "node-a", CAPTURED)):  # fmt: skip
+        # "stolen": handed to node-a (what the controller's token can write), but its
+        # source pod runs on node-b
+        cases = (("mine", "node-a", CHECKPOINTING, "node-a"),
+                 ("theirs", "node-b", CHECKPOINTING, "node-b"),
+                 ("done", "node-a", CAPTURED, "node-a"),
+                 ("stolen", "node-a", CHECKPOINTING, "node-b"))  # fmt: skip
+        for name, node, ready, pod_node in cases:
+            r = admin.post(f"/api/v1/namespaces/{NS}/pods", json=bound_pod(name, pod_node))
+            assert r.status_code == 201, r.text
             spec = {"source": {"podRef": {"name": name}, "containers": ["main"]}}
             r = admin.post(SNAPS, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
                                         "metadata": {"name": name}, "spec": spec})  # fmt: skip
@@ -120,6 +128,17 @@ def test_the_agent_of_the_node_gets_a_signature_that_verifies(cluster):
     signature = base64.b64decode(r.json()["signature"])
     assert signing.signature_valid(req.manifest_bytes(), signature, public)
     assert not signing.signature_valid(req.manifest_bytes() + b" ", signature, public)
+    # the audit trail: a log line with the manifest's digest, the PodSnapshot and the node,
+    # and the signature counted (isolation round 3: both were promised, neither tested)
+    digest = hashlib.sha256(req.manifest_bytes()).hexdigest()
+    line = f"signed manifest sha256:{digest} of PodSnapshot {NS}/mine (uid {uids['mine']})"
+    wait_until(lambda: line in signer.log.read_text(), what="the signature's log line")
+    assert f"{line} for node node-a" in signer.log.read_text()
+    with signer.client() as c:
+        metrics = c.get("/metrics").text
+    signed = [ln for ln in metrics.splitlines()
+              if ln.startswith('snapshot_signer_requests_total{result="signed"}')]  # fmt: skip
+    assert signed and float(signed[0].split()[-1]) >= 1, metrics
 
 
 def test_the_agents_client_signs_through_it(cluster):
@@ -141,6 +160,7 @@ def test_the_agents_client_signs_through_it(cluster):
         ("agent", "theirs", None, 403, "handed to node node-b, not to node-a"),
         ("agent", "mine", ("other-ns", "mine", "u"), 403, "the manifest is bound to other-ns"),
         ("agent", "done", None, 403, "not being checkpointed"),
+        ("agent", "stolen", None, 403, "its source pod stolen runs on node node-b, not on node-a"),
         ("other", "mine", None, 403, f"is not the node agent (system:serviceaccount:{SYSTEM}"),
         ("unbound", "mine", None, 403, "not bound to a pod on a node"),
         ("api-server", "mine", None, 401, "not valid for the signer"),
