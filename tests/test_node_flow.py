@@ -12,6 +12,7 @@ path), and writes the pod status back through pods/status."""
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,18 +21,20 @@ import yaml
 
 from agent import decisions
 from agent.loop import Agent, AgentConfig
+from agent.signer_client import RemoteSigner
 from api import annotations as ann
 from api.handshake import DEFAULT_CONTROL_DIR
+from api.signer import SIGNER_AUDIENCE
 from controller.loop import Controller
 from devnode import oci_registry, workloads
 from devnode.cri import Crictl
-from devnode.webhook import webhook_process
+from devnode.webhook import signer_process, webhook_process
 from kubeclient import api as kube
 from restore_runtime.artifact import oci
 from restore_runtime.artifact.oci import OciError, OciRef, RegistryAccess
 from tests.admission_policy import installed_policy
 from tests.conftest import CRI_NODE
-from tests.controller.objects import conditions
+from tests.controller.objects import bound_pod, conditions
 from tests.helpers import ROOT, ask, get_json
 from tests.kube_support import resync, settle
 from tests.webhook.conftest import chart_webhook_registered
@@ -120,11 +123,36 @@ def kubelet(control_plane, containerd, tmp_path):
             k.crictl.remove_pod(sandbox)
 
 
+@pytest.fixture
+def cluster_signer(control_plane, containerd, kubelet, tmp_path):
+    """The signer as the chart runs it, off the node: its own process with the node's
+    signing key (the shim verifies with its public half), serving the agent through a
+    token bound to an agent pod on NODE. Yields the agent's RemoteSigner."""
+    sa, system = "snapshot-agent", f"{kubelet.ns}-system"
+    api = kubelet.api
+    api.post("/api/v1/namespaces", json={"metadata": {"name": system}})
+    api.post(f"/api/v1/namespaces/{system}/serviceaccounts", json={"metadata": {"name": sa}})
+    name = f"agent-{uuid.uuid4().hex[:6]}"
+    pod = api.post(f"/api/v1/namespaces/{system}/pods", json=bound_pod(name, NODE, sa)).json()
+    r = api.post(f"/api/v1/namespaces/{system}/serviceaccounts/{sa}/token", json={
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"audiences": [SIGNER_AUDIENCE], "expirationSeconds": 3600,
+                 "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": name,
+                                    "uid": pod["metadata"]["uid"]}}})  # fmt: skip
+    assert r.status_code == 201, r.text
+    token = tmp_path / "agent-token"
+    token.write_text(r.json()["status"]["token"])
+    with signer_process(tmp_path, control_plane.kubeconfig, containerd.sign_key,
+                        f"{system}:{sa}") as signer:  # fmt: skip
+        yield RemoteSigner(signer.url, signer.ca, token)
+    api.delete(f"/api/v1/namespaces/{system}/pods/{name}", params={"gracePeriodSeconds": 0})
+
+
 def node_agent(client, containerd, kubelet, **settings) -> Agent:
     """The node's agent: its store and signing key are the node's (the shim checks both)."""
+    settings = {"sign_key": containerd.sign_key, **settings}
     return Agent(client, AgentConfig(node=NODE, store=containerd.store, kubelet_root=kubelet.root,
-                                     sign_key=containerd.sign_key, runc=containerd.runc,
-                                     **settings))  # fmt: skip
+                                     runc=containerd.runc, **settings))  # fmt: skip
 
 
 def bind_with_status(api, ns: str, name: str, node: str, container_id: str) -> None:
@@ -207,13 +235,15 @@ def storage(request, tmp_path):
 
 
 async def test_snapshot_checkpoint_restore_report_delete(
-    control_plane, containerd, kubelet, tmp_path, storage
+    control_plane, containerd, kubelet, tmp_path, storage, cluster_signer
 ):
     """With the OCI store, the replica restores on a node whose cache is empty (the source
     node's cached copy is dropped first), and deleting the PodSnapshot deletes the
     registry's copy; the chart's admission policy, rendered for that registry, is in force
-    and admits the replica as the webhook writes it (isolation round 2, attack 7)."""
+    and admits the replica as the webhook writes it (isolation round 2, attack 7). The
+    agent holds no key: the signer signs for it, as in the chart (isolation round 3)."""
     sfx, settings, reg = storage
+    settings = {**settings, "signer": cluster_signer, "sign_key": None}
     policy = contextlib.nullcontext()
     if reg is not None:
         values = {"storage.type": "oci",
