@@ -13,7 +13,9 @@ lines), runc, CRIU and Debian's registry:
 - the API server down from the dump until after the commit: the Ready write is retried
   until it lands, and only then is the source ended;
 - keepSourceRunning with an engine whose wake fails: the PodSnapshot is Ready, and the
-  source's sleep is a Warning on the PodSnapshot and on its pod, and a metric.
+  source's sleep is a Warning on the PodSnapshot and on its pod, and a metric;
+- a handshake timeout through the agent: condition, Event and counter;
+- the agent's checkpoints run on its slots (one slot: one quiesce at a time).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import yaml
 
 from agent import decisions
 from agent.loop import SOURCE_NOT_RESUMED
+from api.handshake import CHECKPOINT_REQUESTED
 from api.paths import DEFAULT_RUNC_ROOT
 from controller.loop import Controller
 from devnode import oci_registry, wait_until
@@ -327,3 +330,39 @@ async def test_a_handshake_timeout_fails_the_snapshot_with_its_condition_event_a
     assert (f"mute-{sfx}", "CheckpointFailed") in _events(api, ns)
     (decisions.control_dir(kubelet.root, pod["metadata"]["uid"]) / "gate").touch()
     assert int(ask(ip, PORT, timeout=30)["count"]) == before + 1, "the source serves again"
+
+
+async def test_the_agent_runs_its_checkpoints_on_its_slots(
+    control_plane,
+    containerd,
+    kubelet,  # noqa: F811 - the fixture imported above
+):
+    """Isolation round 3, a test that checked less: the fair slots were tested as a class
+    only. With one slot on the node, of two PodSnapshots whose workloads hold the quiesce,
+    the agent asks only one workload to quiesce; the other is asked once the first is
+    captured."""
+    api, ns, sfx = kubelet.api, kubelet.ns, uuid.uuid4().hex[:6]
+    gate = [{"name": "COUNTER_QUIESCE_GATE", "value": "/snapshot-control/gate"}]
+    pods = [_pod(kubelet, f"slot{i}-{sfx}", gate)[0] for i in (1, 2)]
+    controls = [decisions.control_dir(kubelet.root, p["metadata"]["uid"]) for p in pods]
+    for i in (1, 2):
+        await _handed_over(control_plane, api, ns, f"slot{i}-{sfx}", f"slot{i}-{sfx}")
+
+    def asked() -> list[bool]:
+        return [(c / CHECKPOINT_REQUESTED).exists() for c in controls]
+
+    async with await kube.api_client(str(control_plane.kubeconfig)) as client:
+        agent = node_agent(client, containerd, kubelet, max_checkpoints=1)
+        await resync(agent)
+        await _until(lambda: any(asked()), "a checkpoint request")
+        await asyncio.sleep(2)  # the other waits for the slot, however long
+        first = asked().index(True)
+        assert asked().count(True) == 1, "two checkpoints on one slot"
+        (controls[first] / "gate").touch()
+        other = 1 - first
+        await _until(lambda: asked()[other], "the second checkpoint's request", timeout=120)
+        (controls[other] / "gate").touch()
+        await settle(agent)
+    for i in (1, 2):
+        got = api.get(f"{snaps(ns)}/slot{i}-{sfx}").json()
+        assert conditions(got)["Ready"] == ("True", "Captured"), got["status"]
