@@ -129,7 +129,8 @@ class Containerd:
             (self.base / d).mkdir(parents=True, exist_ok=True)
         claim(self.base)
         if not self.sign_key.exists():
-            signing.generate_keypair(self.sign_key, self.sign_key.with_name("public.pem"))
+            signing.generate_keypair(self.sign_key, self.sign_key.with_name("public.pem"),
+                                     overwrite=True)  # fmt: skip
         if self.registry is None:
             archive = self.base / "registry-busybox.tar"
             write_oci_archive(archive, BUSYBOX_IMAGE, ["sh"])

@@ -31,6 +31,7 @@ from .timing import phases_text
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="snapshotctl", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="log every phase to stderr")
+    p.add_argument("--version", action="version", version=f"snapshotctl {_version()}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     c = sub.add_parser("checkpoint", help="checkpoint a process tree into an artifact")
@@ -93,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     k = sub.add_parser("keygen", help="create an Ed25519 key pair for signing artifacts")
     k.add_argument("--private", type=Path, required=True)
     k.add_argument("--public", type=Path, required=True)
+    k.add_argument("--force", action="store_true", help="replace existing key files")
 
     rec = sub.add_parser(
         "recover",
@@ -111,6 +113,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
     return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpu-snapshot")
+    except PackageNotFoundError:  # run from a checkout without the package installed
+        return "unknown"
 
 
 def _emit(args: argparse.Namespace, data: dict, text: str) -> None:
@@ -200,7 +211,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from .artifact import signing
 
     key = signing.load_public_key(args.verify_key) if args.verify_key else None
-    _, problems = verify(args.artifact, key)
+    _, problems = verify(_artifact_dir(args.artifact), key)
     if args.json:
         print(json.dumps({"ok": not problems, "problems": [p.__dict__ for p in problems]}))
     elif problems:
@@ -211,8 +222,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _artifact_dir(path: Path) -> Path:
+    if str(path).startswith("oci:"):
+        raise SnapshotError(f"{path}: an oci:// artifact is not read here; give the artifact "
+                            "directory (a node's cache holds pulled ones)")  # fmt: skip
+    if not path.is_dir():
+        raise SnapshotError(f"{path}: not an artifact directory")
+    return path
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
-    m = load_manifest(args.artifact)
+    m = load_manifest(_artifact_dir(args.artifact))
     if args.json:
         data = json.loads(m.to_json())
         data["manifestDigest"] = manifest_digest(args.artifact)
@@ -240,7 +260,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_keygen(args: argparse.Namespace) -> int:
     from .artifact import signing
 
-    signing.generate_keypair(args.private, args.public)
+    signing.generate_keypair(args.private, args.public, overwrite=args.force)
     print(f"wrote {args.private} (keep secret) and {args.public}")
     return 0
 
@@ -248,6 +268,8 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 def cmd_recover(args: argparse.Namespace) -> int:
     from .executor.recovery import recover_interrupted
 
+    if not args.directory.is_dir():
+        raise SnapshotError(f"{args.directory}: not a directory")
     done = recover_interrupted(args.directory)
     _emit(
         args,
@@ -289,6 +311,10 @@ def dispatch(prog: str, commands: dict, args: argparse.Namespace, level: int) ->
         return commands[args.cmd](args)
     except SnapshotError as e:
         print(f"{prog} {args.cmd}: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a path the user gave: one line, never a traceback
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"{prog} {args.cmd}: {e.strerror or e}{where}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{prog} {args.cmd}: interrupted", file=sys.stderr)

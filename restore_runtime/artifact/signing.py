@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,16 +17,21 @@ class KeyError_(SnapshotError):
     """A key file is missing, unreadable or not an Ed25519 key."""
 
 
-def generate_keypair(private_path: Path, public_path: Path) -> None:
+def generate_keypair(private_path: Path, public_path: Path, overwrite: bool = False) -> None:
+    """A new Ed25519 pair; the private key is created 0600 (never readable by others, not
+    even for a moment) and an existing key file is never replaced unless ``overwrite``."""
+    if not overwrite:
+        for path in (private_path, public_path):
+            if os.path.lexists(path):
+                raise SnapshotError(f"{path} exists: refusing to replace a key (--force does)")
     key = Ed25519PrivateKey.generate()
-    private_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    private_path.chmod(0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(private_path, flags, 0o600), "wb") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(pem)
     public_path.write_bytes(
         key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
