@@ -218,10 +218,16 @@ def test_stats_and_resource_update(cri):
             ["sh", "-c", "x=$(head -c 2000000 /dev/zero | tr '\\\\0' a); sleep 1000"],
         )
         c.run("start", ctr)
-        time.sleep(1)
-        st = json.loads(c.run("stats", "-o", "json", ctr).stdout)["stats"][0]
+
+        def stats() -> dict:
+            return json.loads(c.run("stats", "-o", "json", ctr).stdout)["stats"][0]
+
+        # polled, not slept: the first sample comes once the container has run a while
+        deadline = time.monotonic() + 30
+        while int((st := stats())["cpu"]["usageCoreNanoSeconds"].get("value", 0)) == 0:
+            assert time.monotonic() < deadline, (handler, st)
+            time.sleep(0.2)
         assert int(st["memory"]["workingSetBytes"]["value"]) > 0, (handler, st)
-        assert int(st["cpu"]["usageCoreNanoSeconds"]["value"]) > 0, (handler, st)
         c.run("update", "--memory", str(300 * 1024 * 1024), ctr)
         limit = Path(f"/sys/fs/cgroup/memory/k8s.io/{ctr}/memory.limit_in_bytes")
         if limit.exists():  # cgroup v1 layout with the cgroupfs driver, as on this machine

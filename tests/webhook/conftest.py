@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import time
+import uuid
 
 import pytest
 
-from devnode import chart
+from api.annotations import RESTORE_FROM
+from devnode import chart, wait_until
 from devnode.webhook import TlsServer, webhook_process
 
 
@@ -14,6 +15,16 @@ from devnode.webhook import TlsServer, webhook_process
 def webhook(control_plane, tmp_path_factory):
     with webhook_process(tmp_path_factory.mktemp("webhook"), control_plane.kubeconfig) as w:
         yield w
+
+
+def _webhook_answers(control_plane) -> bool:
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "webhook-probe",
+                        "annotations": {RESTORE_FROM: f"absent-{uuid.uuid4().hex[:6]}"}},
+           "spec": {"containers": [{"name": "main", "image": "registry.local/x:1"}]}}  # fmt: skip
+    with control_plane.client() as c:
+        r = c.post("/api/v1/namespaces/default/pods", params={"dryRun": "All"}, json=pod)
+    return "starting without restore" in r.headers.get("warning", "")
 
 
 @contextlib.contextmanager
@@ -33,7 +44,10 @@ def chart_webhook_registered(control_plane, webhook: TlsServer, name: str):
     with control_plane.client() as c:
         r = c.post(path, json=cfg)
         assert r.status_code == 201, r.text
-    time.sleep(1)  # the API server picks up webhook configurations asynchronously
+    # the API server picks up webhook configurations asynchronously: until it calls this
+    # one, a dry-run restore pod of a missing PodSnapshot comes back without its warning
+    wait_until(lambda: _webhook_answers(control_plane), what=f"the webhook {name} called",
+               timeout=30, poll=0.1)  # fmt: skip
     try:
         yield
     finally:
