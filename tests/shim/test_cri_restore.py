@@ -219,7 +219,7 @@ def test_stats_and_resource_update(cri):
         )
         c.run("start", ctr)
 
-        def stats() -> dict:
+        def stats(ctr: str = ctr) -> dict:
             return json.loads(c.run("stats", "-o", "json", ctr).stdout)["stats"][0]
 
         # polled, not slept: the first sample comes once the container has run a while
