@@ -195,9 +195,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     async def run() -> None:
         async with await kube.api_client(args.kubeconfig) as api:
             agent = Agent(api, cfg)
-            await agent.recover()
-            if args.metrics_port:
+            if args.metrics_port:  # first: the kubelet's probes ask it while recovery runs
                 agent.metrics.serve(args.metrics_port)
+            await agent.recover()
             log.info("agent for node %s, artifact store %s", cfg.node, cfg.store)
             await run_per_object(agent.reconcile_key, agent.watched(), args.resync,
                                  sanitize=api.sanitize_for_serialization)  # fmt: skip

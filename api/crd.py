@@ -197,7 +197,8 @@ class PodSnapshot(_Model):
 
 
 class PodSnapshotTemplate(_Model):
-    target_containers: list[str] = Field(default_factory=lambda: ["main"])
+    #: left out: the pod template's only container (the CRD refuses it for several)
+    target_containers: list[str] | None = None
     quiesce: Quiesce = Field(default_factory=Quiesce)
 
 
@@ -205,6 +206,14 @@ class SnapshotJobSpec(_Model):
     pod_template: dict[str, Any]
     pod_snapshot_template: PodSnapshotTemplate = Field(default_factory=PodSnapshotTemplate)
     active_deadline_seconds: int = 3600
+
+    @property
+    def target_container(self) -> str:
+        """The container to capture: the one named, else the template's only one."""
+        if self.pod_snapshot_template.target_containers:
+            return self.pod_snapshot_template.target_containers[0]
+        containers = (self.pod_template.get("spec") or {}).get("containers") or [{}]
+        return str(containers[0].get("name", ""))
 
 
 class SnapshotJobStatus(_Model):

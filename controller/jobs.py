@@ -67,7 +67,7 @@ def source_pod(job: SnapshotJob) -> dict[str, Any]:
     template = copy.deepcopy(job.spec.pod_template)
     meta = template.get("metadata") or {}
     spec = template["spec"]
-    add_control_dir(spec, job.spec.pod_snapshot_template.target_containers[0])
+    add_control_dir(spec, job.spec.target_container)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -95,7 +95,7 @@ def pod_snapshot(job: SnapshotJob, pod: dict[str, Any]) -> PodSnapshot:
         spec=PodSnapshotSpec(
             source=SnapshotSource(
                 pod_ref=PodRef(name=pod["metadata"]["name"], uid=pod["metadata"].get("uid")),
-                containers=list(job.spec.pod_snapshot_template.target_containers),
+                containers=[job.spec.target_container],
             ),
             quiesce=job.spec.pod_snapshot_template.quiesce,
         ),

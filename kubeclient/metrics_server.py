@@ -3,7 +3,7 @@ gives every connection a thread with no timeout and no cap, so idle connections 
 (400 held 400 threads) starved the agent and the controller of threads, or memory. Here a
 connection that says nothing for ``timeout_s`` is closed, and past ``max_connections`` at
 once a new one is closed unanswered; a scrape takes milliseconds, so neither touches
-Prometheus."""
+Prometheus. ``/healthz`` answers the kubelet's probes on the same port."""
 
 from __future__ import annotations
 
@@ -18,13 +18,27 @@ MAX_CONNECTIONS = 16
 IDLE_TIMEOUT_S = 10.0
 
 
+class _HealthOrMetrics(MetricsHandler):
+    """/healthz: the process serves (the kubelet's probes); any other path: the metrics."""
+
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] != "/healthz":
+            return super().do_GET()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
 class BoundedMetricsServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, port: int, registry: CollectorRegistry, addr: str = "0.0.0.0",
                  max_connections: int = MAX_CONNECTIONS,
                  timeout_s: float = IDLE_TIMEOUT_S) -> None:  # fmt: skip
-        handler = type("Handler", (MetricsHandler.factory(registry),), {"timeout": timeout_s})
+        handler = type("Handler", (_HealthOrMetrics, MetricsHandler.factory(registry)),
+                       {"timeout": timeout_s})  # fmt: skip
         self.slots = threading.BoundedSemaphore(max_connections)
         super().__init__((addr, port), handler)
 

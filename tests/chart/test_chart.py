@@ -165,7 +165,7 @@ def test_the_control_plane_stays_off_gpu_nodes_by_default():
         assert [t["matchExpressions"] for t in terms] == [no_gpu], part
     k = by_kind(chart.render(set_values={"controller.affinity": "null"}))
     deploy = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-controller"))
-    assert "affinity" not in deploy["spec"]["template"]["spec"]
+    assert "nodeAffinity" not in deploy["spec"]["template"]["spec"]["affinity"]
 
 
 def test_network_policies_let_only_scrapers_and_agents_reach_the_listeners():
@@ -188,6 +188,33 @@ def test_network_policies_let_only_scrapers_and_agents_reach_the_listeners():
     assert all(p["policyTypes"] == ["Ingress"] for p in pols.values())
     off = chart.render(set_values={"networkPolicy.enabled": "false"})
     assert "NetworkPolicy" not in by_kind(off)
+
+
+def test_the_agent_and_controller_are_probed_and_the_controller_survives_drains():
+    """What an admin expects (issue 41, in part): liveness and readiness probes on the agent
+    and the controller (their metrics listener's /healthz), a PodDisruptionBudget and
+    spread replicas for the controller, the agent's priority class a value."""
+    k = by_kind(chart.render())
+    for kind, part in (("DaemonSet", "agent"), ("Deployment", "controller")):
+        obj = next(o for o in k[kind] if o["metadata"]["name"].endswith(f"-{part}"))
+        spec = obj["spec"]["template"]["spec"]
+        (main,) = spec["containers"]
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert main[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, part
+    agent = k["DaemonSet"][0]["spec"]["template"]["spec"]
+    assert agent["priorityClassName"] == "system-node-critical"
+    pdb = next(p for p in k["PodDisruptionBudget"]
+               if p["metadata"]["name"].endswith("-controller"))  # fmt: skip
+    assert pdb["spec"]["minAvailable"] == 1
+    ctl = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-controller"))
+    anti = ctl["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
+        "topologyKey"] == "kubernetes.io/hostname"  # fmt: skip
+    k = by_kind(chart.render(set_strings={"agent.priorityClassName": ""},
+                             set_values={"controller.replicas": 1}))  # fmt: skip
+    assert "priorityClassName" not in k["DaemonSet"][0]["spec"]["template"]["spec"]
+    assert not [p for p in k.get("PodDisruptionBudget", [])
+                if p["metadata"]["name"].endswith("-controller")]  # fmt: skip
 
 
 def test_two_controller_replicas_elect_a_leader():

@@ -101,7 +101,8 @@ async def test_snapshot_job_runs_the_whole_flow(control_plane, controller, ns):
         stored = create(c, ns, "snapshotjobs", job)
         # the CRD's defaults were applied by the API server
         assert stored["spec"]["activeDeadlineSeconds"] == 3600
-        assert stored["spec"]["podSnapshotTemplate"]["targetContainers"] == ["main"]
+        # no target named: the template's only container is the one captured
+        assert "targetContainers" not in stored["spec"]["podSnapshotTemplate"]
 
         await resync(controller)
         pod = c.get(f"/api/v1/namespaces/{ns}/pods/warm-source").json()
@@ -195,12 +196,25 @@ def test_invalid_status_is_rejected(control_plane, ns):
 
 
 def test_snapshot_job_target_must_name_a_template_container(control_plane, ns):
-    with control_plane.client() as c:
-        r = c.post(f"{GROUP}/namespaces/{ns}/snapshotjobs", json={
-            "apiVersion": "nvidia.com/v1alpha1", "kind": "SnapshotJob", "metadata": {"name": "j"},
-            "spec": {"podTemplate": {"spec": {"containers": [{"name": "app"}]}}}})  # fmt: skip
-    assert r.status_code == 422
-    assert "targetContainers must name a container" in r.json()["message"]
+    """A single container is the target whatever its name (issue 41: the default [main]
+    refused a pod whose only container was "app"); with several, one must be named, and
+    a name must be one of the template's."""
+
+    def job(name: str, containers: list[str], target: list[str] | None = None):
+        spec: dict = {"podTemplate": {"spec": {"containers": [{"name": n} for n in containers]}}}
+        if target is not None:
+            spec["podSnapshotTemplate"] = {"targetContainers": target}
+        with control_plane.client() as c:
+            return c.post(f"{GROUP}/namespaces/{ns}/snapshotjobs", json={
+                "apiVersion": "nvidia.com/v1alpha1", "kind": "SnapshotJob",
+                "metadata": {"name": name}, "spec": spec})  # fmt: skip
+
+    assert job("single", ["app"]).status_code == 201
+    for name, containers, target in (("two", ["app", "side"], None),
+                                     ("wrong", ["app"], ["main"])):  # fmt: skip
+        r = job(name, containers, target)
+        assert r.status_code == 422, r.text
+        assert "targetContainers must name a container" in r.json()["message"]
 
 
 def test_printer_columns(control_plane, ns):

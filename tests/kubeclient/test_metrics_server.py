@@ -6,7 +6,7 @@ on that namespace's loopback):
 
 - past the cap, the listener holds no more threads, however many connections wait;
 - an idle connection is closed after the idle timeout, and a scrape then answers;
-- a scrape answers the registry's metrics."""
+- a scrape answers the registry's metrics, and /healthz the kubelet's probes."""
 
 from __future__ import annotations
 
@@ -38,10 +38,10 @@ def _connect(netns: str, port: int) -> socket.socket:
     return in_netns(netns, lambda: socket.create_connection(("127.0.0.1", port), timeout=5))
 
 
-def _scrape(netns: str, port: int) -> bytes:
+def _scrape(netns: str, port: int, path: str = "/metrics") -> bytes:
     s = _connect(netns, port)
     with s:
-        s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        s.sendall(f"GET {path} HTTP/1.0\r\n\r\n".encode())
         data = b""
         while chunk := s.recv(65536):
             data += chunk
@@ -61,6 +61,7 @@ def test_idle_connections_hold_no_more_threads_than_the_cap_and_time_out(netns):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         assert b"snapshot_test_things_total 3.0" in _scrape(netns, port)
+        assert _scrape(netns, port, "/healthz").endswith(b"\r\n\r\nok")
         before = threading.active_count()
         idle = [_connect(netns, port) for _ in range(40)]
         time.sleep(0.5)  # every connection accepted: 4 held, 36 closed unanswered
