@@ -282,15 +282,23 @@ def test_existing_tls_secret_instead_of_the_generated_one():
         ({"webhook.tls.secretName": "mine"}, "needs caBundle"),
         ({"webhook.lookupTimeoutSeconds": "10"}, "lookupTimeoutSeconds must be below"),
         ({"storage.type": "oci"}, "storage.oci.repository is required"),
+        # values.schema.json (issue 41): each used to render, then fail later or silently
+        ({"storage.type": "OCI"}, "/storage/type': value must be one of"),
+        ({"webhook.timeoutSeconds": "31"}, "/webhook/timeoutSeconds': maximum: got 31"),
+        ({"storage.oci.repository": "reg.example.com/snaps"},
+         "/storage/oci/repository': 'reg.example.com/snaps' does not match"),
+        ({"controler.replicas": "2"}, "additional properties 'controler' not allowed"),
+        ({"agent.maxCheckpoints": "0"}, "/agent/maxCheckpoints': minimum: got 0"),
     ],
-)
+)  # fmt: skip
 def test_bad_values_fail_with_a_message(values, message):
     with pytest.raises(chart.RenderError, match=message):
         chart.render(set_values=values)
 
 
 NON_DEFAULT = {"signing.secretName": "snapshot-keys", "agent.installShim": "false",
-               "webhook.replicas": "1", "signer.replicas": "1"}  # fmt: skip
+               "webhook.replicas": "1", "signer.replicas": "1",
+               "controller.replicas": "1"}  # fmt: skip
 LABELS = {"agent.nodeSelector.pool": "gpu",
           "runtimeClass.nodeSelector.snapshot\\.nvidia\\.com/shim": "true"}  # fmt: skip
 
