@@ -225,9 +225,12 @@ def test_a_full_store_leaves_the_source_serving(cri, containerd, tmp_path, phase
         with pytest.raises(SnapshotError) as e:
             checkpoint(CheckpointRequest(output=out, runc_container=runc))
         msg = str(e.value)
-        if phase == "rootfs diff":  # CRIU's own failure comes with its log lines
+        if phase == "rootfs diff":
             assert msg.startswith("checkpoint failed: No space left on device"), msg
             assert msg.endswith("the source keeps running") and "\n" not in msg, msg
+        else:  # CRIU's own failure comes with its error lines, which name the cause
+            assert msg.startswith("criu dump (runc checkpoint) failed"), msg
+            assert "No space left on device" in msg, msg
         assert int(ask(ip, PORT, timeout=30)["count"]) == before + 1, "the source serves"
         assert runc.state()["status"] == "running"
         assert _left(store, out) == []
