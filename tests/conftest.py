@@ -35,6 +35,17 @@ requires_gpu = pytest.mark.gpu
 
 
 @pytest.fixture
+def netns():
+    """A network namespace of the test's own, its loopback up (what runs inside reaches
+    nothing else); removed afterwards."""
+    name = f"snaptest-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+    yield name
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+@pytest.fixture
 def cleanup_pids():
     """PIDs registered here are SIGKILLed after the test, pass or fail."""
     from tests.helpers import kill

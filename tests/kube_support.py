@@ -2,7 +2,8 @@
 point: ``resync`` does what one resync of kubeclient.workqueue.run_per_object does (every
 watched collection listed, every key its objects name reconciled once, through the
 component's own ``reconcile_key``), in turn rather than on four workers, so a test knows
-when it is over. ``settle`` waits for the agent's checkpoints and pre-pulls in flight."""
+when it is over. ``settle`` waits for the agent's checkpoints and pre-pulls in flight;
+``hand_over`` creates a PodSnapshot and lets the controller hand it to its pod's node."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import asyncio
 import logging
 from typing import Any
 
+from controller.loop import Controller
+from kubeclient import api as kube
 from kubeclient.watch import listed_items
 from kubeclient.workqueue import Key
 
@@ -38,3 +41,17 @@ async def settle(agent: Any) -> None:
     while agent.running or agent.pulling:
         await asyncio.gather(*agent.running.values(), *agent.pulling.values(),
                              return_exceptions=True)  # fmt: skip
+
+
+async def hand_over(control_plane, api, ns: str, name: str, pod: str, **spec) -> None:
+    """A PodSnapshot of ``pod``, handed to the pod's node by the controller's own reconcile
+    (two passes: it is created, then handed over)."""
+    source = {"podRef": {"name": pod}, "containers": ["main"]}
+    body = {"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
+            "metadata": {"name": name}, "spec": {"source": source, **spec}}  # fmt: skip
+    r = api.post(f"/apis/nvidia.com/v1alpha1/namespaces/{ns}/podsnapshots", json=body)
+    assert r.status_code == 201, r.text
+    async with await kube.api_client(str(control_plane.kubeconfig)) as client:
+        controller = Controller(client)
+        await resync(controller)
+        await resync(controller)

@@ -34,7 +34,6 @@ from agent import decisions
 from agent.loop import SOURCE_NOT_RESUMED
 from api.handshake import CHECKPOINT_REQUESTED
 from api.paths import DEFAULT_RUNC_ROOT
-from controller.loop import Controller
 from devnode import oci_registry, wait_until
 from kubeclient import api as kube
 from restore_runtime.artifact.oci import OciRef, RegistryAccess
@@ -44,7 +43,7 @@ from restore_runtime.executor.tree_access import RuncContainer
 from tests.conftest import CRI_NODE
 from tests.controller.objects import conditions
 from tests.helpers import ask
-from tests.kube_support import resync, settle
+from tests.kube_support import hand_over, resync, settle
 from tests.test_node_flow import (  # noqa: F401 - kubelet: the fixture
     IMAGE,
     PORT,
@@ -56,18 +55,6 @@ from tests.test_node_flow import (  # noqa: F401 - kubelet: the fixture
 )
 
 pytestmark = CRI_NODE
-
-
-async def _handed_over(control_plane, api, ns: str, name: str, pod: str, **spec) -> None:
-    source = {"podRef": {"name": pod}, "containers": ["main"]}
-    r = api.post(snaps(ns), json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
-                                  "metadata": {"name": name},
-                                  "spec": {"source": source, **spec}})  # fmt: skip
-    assert r.status_code == 201, r.text
-    async with await kube.api_client(str(control_plane.kubeconfig)) as client:
-        controller = Controller(client)
-        await resync(controller)
-        await resync(controller)
 
 
 def _pod(kl, name: str, env: list[dict] | None = None, command=None, ready=None):
@@ -93,7 +80,7 @@ async def test_a_registry_killed_mid_push_leaves_the_source_serving(
     api, ns, sfx = kubelet.api, kubelet.ns, uuid.uuid4().hex[:6]
     _, ip, _ = _pod(kubelet, f"push-{sfx}", [{"name": "COUNTER_EXTRA_MB", "value": "768"}])
     before = int(ask(ip, PORT, timeout=30)["count"])
-    await _handed_over(control_plane, api, ns, f"push-{sfx}", f"push-{sfx}")
+    await hand_over(control_plane, api, ns, f"push-{sfx}", f"push-{sfx}")
     work = tmp_path / "registry"
     with oci_registry.docker_registry(work) as reg:
         repo = OciRef.parse(f"oci://{reg.address}/snapshots/faults")
@@ -137,7 +124,7 @@ async def test_a_committed_artifact_of_a_checkpointing_snapshot_is_finished_not_
     it marks it Ready from the artifact, with a true message, and an Event."""
     api, ns, sfx = kubelet.api, kubelet.ns, uuid.uuid4().hex[:6]
     _, ip, ctr = _pod(kubelet, f"late-{sfx}")
-    await _handed_over(control_plane, api, ns, f"late-{sfx}", f"late-{sfx}")
+    await hand_over(control_plane, api, ns, f"late-{sfx}", f"late-{sfx}")
     async with await kube.api_client(str(control_plane.kubeconfig)) as client:
         agent = node_agent(client, containerd, kubelet)
         snap = await agent.snapshots.get(ns, f"late-{sfx}")
@@ -170,7 +157,7 @@ async def test_a_source_whose_wake_fails_is_reported_not_left_asleep_silently(
     env = [{"name": "STANDIN_MODE", "value": "wake-fails"}]
     _pod(kubelet, f"nowake-{sfx}", env, command=STANDIN_VLLM, ready=generate)
     quiesce = {"engine": "vllm", "port": PORT}
-    await _handed_over(control_plane, api, ns, f"nowake-{sfx}", f"nowake-{sfx}",
+    await hand_over(control_plane, api, ns, f"nowake-{sfx}", f"nowake-{sfx}",
                        keepSourceRunning=True, quiesce=quiesce)  # fmt: skip
     async with await kube.api_client(str(control_plane.kubeconfig)) as client:
         agent = node_agent(client, containerd, kubelet)
@@ -255,7 +242,7 @@ async def test_an_api_server_down_from_the_dump_to_after_the_commit_ends_ready(
     PodSnapshot ends Ready, and the source is ended only after that."""
     api, ns, sfx = kubelet.api, kubelet.ns, uuid.uuid4().hex[:6]
     _, _, ctr = _pod(kubelet, f"outage-{sfx}", [{"name": "COUNTER_EXTRA_MB", "value": "256"}])
-    await _handed_over(control_plane, api, ns, f"outage-{sfx}", f"outage-{sfx}")
+    await hand_over(control_plane, api, ns, f"outage-{sfx}", f"outage-{sfx}")
     cfg = yaml.safe_load(control_plane.kubeconfig.read_text())
     server = cfg["clusters"][0]["cluster"]["server"]
     host, port = server.removeprefix("https://").rsplit(":", 1)
@@ -315,7 +302,7 @@ async def test_a_handshake_timeout_fails_the_snapshot_with_its_condition_event_a
     gate = [{"name": "COUNTER_QUIESCE_GATE", "value": "/snapshot-control/gate"}]
     pod, ip, _ = _pod(kubelet, f"mute-{sfx}", gate)
     before = int(ask(ip, PORT, timeout=30)["count"])
-    await _handed_over(control_plane, api, ns, f"mute-{sfx}", f"mute-{sfx}")
+    await hand_over(control_plane, api, ns, f"mute-{sfx}", f"mute-{sfx}")
     async with await kube.api_client(str(control_plane.kubeconfig)) as client:
         agent = node_agent(client, containerd, kubelet, handshake_timeout_s=2)
         await resync(agent)
@@ -346,7 +333,7 @@ async def test_the_agent_runs_its_checkpoints_on_its_slots(
     pods = [_pod(kubelet, f"slot{i}-{sfx}", gate)[0] for i in (1, 2)]
     controls = [decisions.control_dir(kubelet.root, p["metadata"]["uid"]) for p in pods]
     for i in (1, 2):
-        await _handed_over(control_plane, api, ns, f"slot{i}-{sfx}", f"slot{i}-{sfx}")
+        await hand_over(control_plane, api, ns, f"slot{i}-{sfx}", f"slot{i}-{sfx}")
 
     def asked() -> list[bool]:
         return [(c / CHECKPOINT_REQUESTED).exists() for c in controls]

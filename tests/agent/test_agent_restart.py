@@ -31,15 +31,13 @@ import pytest
 from agent import decisions
 from api.handshake import CHECKPOINT_REQUESTED
 from api.paths import DEFAULT_RUNC_ROOT
-from controller.loop import Controller
 from devnode import wait_until
-from kubeclient import api as kube
 from restore_runtime.executor.recovery import journals
 from restore_runtime.executor.tree_access import RuncContainer
 from tests.conftest import CRI_NODE
 from tests.controller.objects import conditions
 from tests.helpers import ROOT, ask
-from tests.kube_support import resync
+from tests.kube_support import hand_over
 from tests.shim.test_checkpoint_faults import freezer_file, is_frozen
 from tests.test_node_flow import IMAGE, NODE, PORT, kubelet, snaps  # noqa: F401 - fixture
 
@@ -108,15 +106,7 @@ async def test_an_agent_killed_mid_checkpoint_recovers_when_it_starts_again(
     before = int(ask(ip, PORT, timeout=30)["count"])
     control = decisions.control_dir(kubelet.root, pod["metadata"]["uid"])
     snap_url = snaps(kubelet.ns)
-    r = api.post(snap_url, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
-                              "metadata": {"name": f"cut-{sfx}"},
-                              "spec": {"source": {"podRef": {"name": f"src-{sfx}"},
-                                                  "containers": ["main"]}}})  # fmt: skip
-    assert r.status_code == 201, r.text
-    async with await kube.api_client(str(control_plane.kubeconfig)) as client:
-        controller = Controller(client)
-        await resync(controller)
-        await resync(controller)
+    await hand_over(control_plane, api, kubelet.ns, f"cut-{sfx}", f"src-{sfx}")
     assert conditions(api.get(f"{snap_url}/cut-{sfx}").json())["Ready"][1] == "CheckpointPending"
 
     pid = RuncContainer(DEFAULT_RUNC_ROOT, ctr, containerd.runc).state()["pid"]

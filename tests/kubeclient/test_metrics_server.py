@@ -11,10 +11,8 @@ on that namespace's loopback):
 from __future__ import annotations
 
 import socket
-import subprocess
 import threading
 import time
-import uuid
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
@@ -23,15 +21,6 @@ from kubeclient.metrics_server import BoundedMetricsServer
 from restore_runtime.netns import in_netns
 
 pytestmark = pytest.mark.root
-
-
-@pytest.fixture
-def netns():
-    name = f"snaptest-metrics-{uuid.uuid4().hex[:6]}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
-    yield name
-    subprocess.run(["ip", "netns", "delete", name], check=False)
 
 
 def _connect(netns: str, port: int) -> socket.socket:

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
@@ -36,15 +34,6 @@ from tests.helpers import ROOT
 
 pytestmark = [requires_criu, pytest.mark.root]
 STANDIN = ROOT / "tests" / "workloads" / "standin_engine.py"
-
-
-@pytest.fixture
-def netns():
-    name = f"snaptest-eng-{uuid.uuid4().hex[:6]}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
-    yield name
-    subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
 def generate(ns: str, port: int) -> dict:

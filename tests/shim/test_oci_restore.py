@@ -28,13 +28,17 @@ pytestmark = [
 ]
 
 
+def _pushed(art, registry: str) -> oci.OciRef:
+    ref = oci.OciRef.parse(f"oci://{registry}/snapshots/cri:{art.path.name}")
+    access = oci.RegistryAccess(plain_http=frozenset({"127.0.0.1"}))
+    return oci.push(art.path, ref, access, {oci.MANIFEST_DIGEST_KEY: art.digest})
+
+
 def test_restore_from_a_registry_into_an_empty_cache(cri, containerd, tmp_path):
     c, _ = cri
     art, _, before = checkpoint_pod_a(cri, containerd)
     with oci_registry.docker_registry(tmp_path / "registry") as reg:
-        ref = oci.OciRef.parse(f"oci://{reg.address}/snapshots/cri:{art.path.name}")
-        access = oci.RegistryAccess(plain_http=frozenset({"127.0.0.1"}))
-        pushed = oci.push(art.path, ref, access, {oci.MANIFEST_DIGEST_KEY: art.digest})
+        pushed = _pushed(art, reg.address)
         shutil.rmtree(art.path)  # the node holds no copy: the cache is empty
         cache = containerd.store / CACHE_DIR
         assert not cache.exists() or not any(cache.iterdir())
@@ -66,9 +70,7 @@ def test_a_registry_down_at_the_pull_falls_back_to_a_cold_start_in_bounded_time(
     c, _ = cri
     art, _, _ = checkpoint_pod_a(cri, containerd)
     with oci_registry.docker_registry(tmp_path / "registry") as reg:
-        ref = oci.OciRef.parse(f"oci://{reg.address}/snapshots/cri:{art.path.name}")
-        access = oci.RegistryAccess(plain_http=frozenset({"127.0.0.1"}))
-        pushed = oci.push(art.path, ref, access, {oci.MANIFEST_DIGEST_KEY: art.digest})
+        pushed = _pushed(art, reg.address)
     shutil.rmtree(art.path)  # the node holds no copy, and the registry is gone
     cache = containerd.store / CACHE_DIR
     cached_before = set(cache.iterdir()) if cache.exists() else set()
