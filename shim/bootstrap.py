@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -175,12 +174,16 @@ _ID = re.compile(r"[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*")
 def _remove_runc_state(root: Path, container_id: str) -> None:
     """A ``runc restore`` killed before it wrote its state.json leaves the container's
     directory under the runc root, which ``runc delete --force`` then calls "does not exist"
-    and leaves for good: removed here (its restore, and every process of it, is gone)."""
+    and leaves for good, with the container's rootfs still mounted at its ``criu-root``
+    (runc >= 1.2): each mount under it detached, then removed (its restore, and every process
+    of it, is gone)."""
+    from restore_runtime.mounts import remove_tree
+
     if not _ID.fullmatch(container_id) or len(container_id) > 76:
         return
     state = root / container_id
     if state.is_dir() and not state.is_symlink():
-        shutil.rmtree(state, ignore_errors=True)
+        remove_tree(state)
         log.info("removed the runc state %s left by a killed restore", state)
 
 
