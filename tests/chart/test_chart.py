@@ -217,6 +217,20 @@ def test_the_agent_and_controller_are_probed_and_the_controller_survives_drains(
                 if p["metadata"]["name"].endswith("-controller")]  # fmt: skip
 
 
+def test_namespace_users_get_the_crds_through_the_built_in_roles():
+    """Issue 41: without aggregated roles, a namespace's edit/view users could not use the
+    CRDs. The chart's rules join the built-in edit/admin (read-write, never status) and
+    view (read-only) roles."""
+    roles = {r["metadata"]["name"]: r for r in by_kind(chart.render())["ClusterRole"]}
+    edit, view = roles["snap-snapshot-edit"], roles["snap-snapshot-view"]
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    (rule,) = edit["rules"]
+    assert rule["resources"] == ["podsnapshots", "snapshotjobs"] and "create" in rule["verbs"]
+    assert not [r for r in view["rules"] if set(r["verbs"]) - {"get", "list", "watch"}]
+
+
 def test_two_controller_replicas_elect_a_leader():
     k = by_kind(chart.render())
     deploy = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-controller"))

@@ -223,6 +223,8 @@ def test_printer_columns(control_plane, ns):
         r = c.get(f"{GROUP}/namespaces/{ns}/podsnapshots",
                   headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})  # fmt: skip
     cols = [col["name"] for col in r.json()["columnDefinitions"]]
-    assert cols == ["Name", "Ready", "Node", "Size", "Quiesce", "Age"]
+    # Reason and (-o wide) Message: why a PodSnapshot is not Ready, without -o yaml (issue 41)
+    assert cols == ["Name", "Ready", "Reason", "Node", "Size", "Quiesce", "Age", "Message"]
+    assert [c["priority"] for c in r.json()["columnDefinitions"]][-1] == 1
     (row,) = [r for r in r.json()["rows"] if r["cells"][0] == "cols"]
-    assert row["cells"][4] == "handshake", "the default profile, filled in by the schema"
+    assert row["cells"][5] == "handshake", "the default profile, filled in by the schema"
