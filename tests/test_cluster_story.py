@@ -138,8 +138,9 @@ def test_2_a_snapshotjob_makes_a_ready_podsnapshot(story):
     for cond in ("create", "condition=Ready"):
         story.kubectl("-n", NS, "wait", f"--for={cond}", "podsnapshot/cpu-demo", "--timeout=300s")
     row = story.kubectl("-n", NS, "get", "podsnap", "cpu-demo", "--no-headers").split()
-    assert row[:3] == ["cpu-demo", "True", cluster.NODE] and int(row[3]) > 0, row
-    assert row[4] == "handshake", row  # the printer's Quiesce column: the default
+    assert row[:4] == ["cpu-demo", "True", "Captured", cluster.NODE], row  # Ready, Reason
+    assert int(row[4]) > 0, row
+    assert row[5] == "handshake", row  # the printer's Quiesce column: the default
     # signed by the signer, for the agent of this node (the node holds no private key)
     log = story.kubectl("-n", SYSTEM, "logs", f"deploy/{RELEASE}-signer")
     assert f"of PodSnapshot {NS}/cpu-demo" in log and f"for node {cluster.NODE}" in log, log
