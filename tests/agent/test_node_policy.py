@@ -187,3 +187,80 @@ def test_the_agent_cannot_change_what_a_podsnapshot_captures(agent_client):
                     json={"spec": {"keepSourceRunning": True}})  # fmt: skip
     assert r.status_code == 422 and "spec is immutable" in r.json()["message"], r.text
     assert not admin.get(f"{SNAPS}/spec-kept").json()["spec"].get("keepSourceRunning")
+
+
+CONTROLLER = "snap-snapshot-controller"
+
+
+@pytest.fixture(scope="module")
+def controller_client(control_plane, agent_client):
+    """(admin, a client with the controller's service-account token), under the chart's
+    controller RBAC and its controller-writes policy."""
+    admin = agent_client[0]
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in chart.render()}
+    name = "snap-snapshot-controller-writes"
+    created = [
+        (f"{ADMISSION}/validatingadmissionpolicies", objs[("ValidatingAdmissionPolicy", name)]),
+        (f"{ADMISSION}/validatingadmissionpolicybindings",
+         objs[("ValidatingAdmissionPolicyBinding", name)]),
+        (f"{RBAC}/clusterroles", objs[("ClusterRole", CONTROLLER)]),
+        (f"{RBAC}/clusterrolebindings", objs[("ClusterRoleBinding", CONTROLLER)]),
+    ]  # fmt: skip
+    admin.post(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts",
+               json={"metadata": {"name": CONTROLLER}})  # fmt: skip
+    for path, obj in created:
+        r = admin.post(path, json=obj)
+        assert r.status_code in (201, 409), r.text
+    r = admin.post(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{CONTROLLER}/token",
+                   json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                         "spec": {"expirationSeconds": 600}})  # fmt: skip
+    assert r.status_code == 201, r.text
+    controller = control_plane.client()
+    controller.headers["Authorization"] = f"Bearer {r.json()['status']['token']}"
+    _handed_to_node_a(admin, "handed", {})
+
+    def enforced() -> bool:  # a dry run: a probe let through before the policy changes nothing
+        r = controller.patch(f"{SNAPS}/handed/status", headers=MERGE, params={"dryRun": "All"},
+                             json={"status": {"source": {"nodeName": "node-b"}}})  # fmt: skip
+        return r.status_code == 403
+
+    wait_until(enforced, what="the controller-writes policy", poll=0.5)
+    yield admin, controller
+    controller.close()
+    for path, obj in created:
+        admin.delete(f"{path}/{obj['metadata']['name']}")
+
+
+def test_the_controller_hands_a_podsnapshot_over_once_and_writes_nothing_of_the_agents(
+    controller_client,
+):
+    """Isolation round 3, attack 2 (what the controller may write): its token may patch
+    any PodSnapshot's status, and status.source.nodeName is what the signer trusts. The
+    controller-writes policy keeps it to its own part: waiting, failing an invalid source,
+    handing a PodSnapshot to a node once. It cannot re-hand one, write an artifact or the
+    agent's reasons, or change a finished one."""
+    admin, controller = controller_client
+    spec = {"source": {"podRef": {"name": "mine"}, "containers": ["main"]}}
+    r = admin.post(SNAPS, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
+                                "metadata": {"name": "fresh"}, "spec": spec})  # fmt: skip
+    assert r.status_code == 201, r.text
+    pending = {"type": "Ready", "status": "False", "reason": "CheckpointPending", "message": "",
+               "lastTransitionTime": CHANGED}  # fmt: skip
+    r = controller.patch(f"{SNAPS}/fresh/status", headers=MERGE, json={
+        "status": {"source": {"nodeName": "node-a"}, "conditions": [pending]}})  # fmt: skip
+    assert r.status_code == 200, r.text
+    refused = [
+        ({"source": {"nodeName": "node-b"}}, "never handed to another"),
+        ({"artifact": {"uri": "file:///x", "sizeBytes": 1, "manifestDigest": "sha256:" + "c" * 64}},
+         "the artifact is the node agent's"),
+        ({"conditions": [{**pending, "reason": "Checkpointing"}]}, "the node agent's to write"),
+    ]  # fmt: skip
+    for status, why in refused:
+        r = controller.patch(f"{SNAPS}/fresh/status", headers=MERGE, json={"status": status})
+        assert r.status_code == 403 and why in r.json()["message"], (status, r.text)
+    captured = [{"type": "Ready", "status": "True", "reason": "Captured", "message": "",
+                 "lastTransitionTime": CHANGED}]  # fmt: skip
+    _handed_to_node_a(admin, "done-ctl", {"conditions": captured})
+    r = controller.patch(f"{SNAPS}/done-ctl/status", headers=MERGE,
+                         json={"status": {"conditions": [pending]}})  # fmt: skip
+    assert r.status_code == 403 and "is final" in r.json()["message"], r.text

@@ -141,8 +141,10 @@ def test_no_gpu_node_holds_the_signing_key():
     assert "--agent-service-account=snapshot-system:snap-snapshot-agent" in spec["containers"][0][
         "args"]  # fmt: skip
 
-    agent_vap, vap = sorted(k["ValidatingAdmissionPolicy"], key=lambda o: o["metadata"]["name"])
+    agent_vap, vap, ctl_vap = sorted(k["ValidatingAdmissionPolicy"],
+                                     key=lambda o: o["metadata"]["name"])  # fmt: skip
     assert agent_vap["metadata"]["name"].endswith("-agent-node"), "the agent stays on its node"
+    assert ctl_vap["metadata"]["name"].endswith("-controller-writes"), "and the controller"
     binding = next(b for b in k["ValidatingAdmissionPolicyBinding"]
                    if b["spec"]["policyName"] == vap["metadata"]["name"])  # fmt: skip
     assert vap["spec"]["failurePolicy"] == "Fail"
