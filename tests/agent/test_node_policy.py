@@ -149,7 +149,7 @@ def test_a_finished_podsnapshot_is_final_for_the_agent(agent_client, finished):
     """Isolation round 3, attack 1: root on node-a, with its agent's token, patched a
     Captured (or Failed) PodSnapshot back to Ready=False/Checkpointing, and the signer then
     signed any manifest for it. The agent-node policy now refuses any change to a finished
-    PodSnapshot's status; the controller (here the admin) still may."""
+    PodSnapshot's status; the cluster admin still may."""
     admin, agent, _ = agent_client
     name = f"done-{finished.lower()}"
     if finished == "Captured":
