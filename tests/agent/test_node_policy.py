@@ -229,6 +229,8 @@ def controller_client(control_plane, agent_client):
     controller.close()
     for path, obj in created:
         admin.delete(f"{path}/{obj['metadata']['name']}")
+    # the chart test creates the same names in this API server
+    admin.delete(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{CONTROLLER}")
 
 
 def test_the_controller_hands_a_podsnapshot_over_once_and_writes_nothing_of_the_agents(
