@@ -283,24 +283,20 @@ class Agent:
         try:
             await self._make_durable(snap, pod, result, t0)
         except BaseException:  # a bug or a refusal: never leave the source held, asleep
-            if result.held is not None:
+            if result.held is not None:  # given back unless already ended (HeldSource)
                 await asyncio.to_thread(result.held.give_back)
             raise
 
     async def _make_durable(self, snap: PodSnapshot, pod: dict | None,
                             result: CheckpointResult, t0: float) -> None:  # fmt: skip
-        held, problems = result.held, list(result.problems)
         uri = f"file://{result.path}"
         if self.cfg.oci_repository is not None:
             try:
                 uri = await asyncio.to_thread(self.publish, snap, result)
             except (SnapshotError, OSError) as e:
-                if held is not None:
-                    result.held = None
-                    problems += await asyncio.to_thread(held.give_back)
-                await asyncio.to_thread(shutil.rmtree, result.path, True)
+                problems = await self._discard(result)
                 self.metrics.checkpoints.labels("failed").inc()
-                kept = "; the source keeps serving" if held is not None else ""
+                kept = "; the source keeps serving" if result.held is not None else ""
                 await self._fail(snap, f"pushing the artifact: {e}{kept}")
                 return await self._source_problems(snap, pod, problems)
         seconds = time.monotonic() - t0
@@ -308,14 +304,10 @@ class Agent:
         if not await self.snapshots.write_status(snap, status):
             log.warning("PodSnapshot %s/%s is gone: its artifact is removed",
                         snap.metadata.namespace, snap.metadata.name)  # fmt: skip
-            if held is not None:
-                result.held = None
-                problems += await asyncio.to_thread(held.give_back)
-            await asyncio.to_thread(shutil.rmtree, result.path, True)
-            return await self._source_problems(snap, pod, problems)
-        if held is not None:  # Ready: only now may the source go
-            result.held = None
-            problems += await asyncio.to_thread(held.end)
+            return await self._source_problems(snap, pod, await self._discard(result))
+        problems = list(result.problems)
+        if result.held is not None:  # Ready: only now may the source go
+            problems += await asyncio.to_thread(result.held.end)
         self.metrics.checkpoints.labels("captured").inc()
         self.metrics.checkpoint_seconds.observe(seconds)
         self.metrics.artifact_bytes.inc(result.manifest.size_bytes)
@@ -324,6 +316,15 @@ class Agent:
         )
         await self._event(snap.to_api(), "Normal", PodSnapshotReasons.CAPTURED, msg)
         await self._source_problems(snap, pod, problems)
+
+    async def _discard(self, result: CheckpointResult) -> list[str]:
+        """A committed artifact that will not be used: its held source given back (and what
+        could not be), the artifact removed."""
+        problems = list(result.problems)
+        if result.held is not None:
+            problems += await asyncio.to_thread(result.held.give_back)
+        await asyncio.to_thread(shutil.rmtree, result.path, True)
+        return problems
 
     async def _source_problems(self, snap: PodSnapshot, pod: dict | None,
                                problems: list[str]) -> None:  # fmt: skip

@@ -14,8 +14,6 @@ from ..errors import CudaError, SnapshotError
 from .recovery import resume_in_place
 
 if TYPE_CHECKING:
-    from api.quiesce import Quiesce
-
     from .checkpoint import CheckpointRequest
     from .tree_access import Dumper
 
@@ -74,32 +72,44 @@ class GpuState:
 
 class HeldSource:
     """A source whose artifact is committed, still alive and quiesced (its GPU state in host
-    memory): the caller ends it once the artifact is durable, or gives it back. Its journal
-    stays until then, so an agent that dies meanwhile gives it back at its next start."""
+    memory): the caller ends it once the artifact is durable, or gives it back; whichever
+    comes first counts, later calls do nothing. Its journal stays until then, so an agent
+    that dies meanwhile gives it back at its next start."""
 
     def __init__(self, req: CheckpointRequest, dumper: Dumper, gpu: GpuState,
                  quiesced: bool, journal: Path) -> None:  # fmt: skip
         self.req, self.dumper, self.gpu, self.quiesced = req, dumper, gpu, quiesced
         self.journal = journal
+        self.settled = False
 
     def end(self) -> list[str]:
         """End the source; one that cannot be ended is given back (it keeps serving) and
         the problems are returned."""
+        if self._settle():
+            return []
         try:
             self.dumper.end(self.req.pid)
             return []
         except SnapshotError as e:  # the artifact is whole: the source keeps serving
             log.error("could not end the source after its checkpoint: %s", e)
-            return [f"could not end the source: {e}", *self.give_back()]
+            return [f"could not end the source: {e}",
+                    *give_back(self.req, self.gpu, self.quiesced)]  # fmt: skip
         finally:
             self.journal.unlink(missing_ok=True)
 
     def give_back(self) -> list[str]:
         """The source serves again, as if it had never been checkpointed."""
+        if self._settle():
+            return []
         try:
             return give_back(self.req, self.gpu, self.quiesced)
         finally:
             self.journal.unlink(missing_ok=True)
+
+    def _settle(self) -> bool:
+        """Whether it was already ended or given back (each happens once)."""
+        done, self.settled = self.settled, True
+        return done
 
 
 #: tries to wake a source that keeps running, and the pause before each retry
@@ -122,8 +132,7 @@ def give_back(req: CheckpointRequest, gpu: GpuState, quiesced: bool) -> list[str
     if quiesced:
         for attempt in range(1, WAKE_TRIES + 1):
             try:
-                resume_in_place(req.pid, _http_quiesce(req),
-                                req.control_dir)  # fmt: skip
+                resume_in_place(req.pid, req.http_quiesce, req.control_dir)
                 break
             except SnapshotError as e:
                 log.error("could not wake the source (PID %d), try %d of %d: %s", req.pid,
@@ -133,7 +142,3 @@ def give_back(req: CheckpointRequest, gpu: GpuState, quiesced: bool) -> list[str
                 else:
                     time.sleep(WAKE_RETRY_S * attempt)
     return problems
-
-
-def _http_quiesce(req: CheckpointRequest) -> Quiesce | None:
-    return req.quiesce if req.quiesce is not None and req.quiesce.over_http else None
