@@ -80,6 +80,11 @@ class CheckpointRequest:
     #: the push and the status write), then ends it or gives it back
     end_at_commit: bool = True
 
+    @property
+    def http_quiesce(self) -> Quiesce | None:
+        """The profile, when the source is quiesced and woken through its engine's API."""
+        return self.quiesce if self.quiesce is not None and self.quiesce.over_http else None
+
 
 @dataclass
 class CheckpointResult:
@@ -180,10 +185,10 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
 def _quiesce(req: CheckpointRequest, timer: PhaseTimer, inflight: _InFlight) -> None:
     """The workload quiesced as its profile says: through its engine's API, the handshake
     files, or not at all. From the first call on, it may be quiesced: a failure wakes it."""
-    if _over_http(req):
+    if req.http_quiesce is not None:
         inflight.quiesced = True
         with timer.phase("quiesce"):
-            engine_api.quiesce(req.quiesce, f"/proc/{req.pid}/ns/net")
+            engine_api.quiesce(req.http_quiesce, f"/proc/{req.pid}/ns/net")
     elif req.control_dir and _engine(req) == Engine.HANDSHAKE:
         inflight.quiesced = True
         with timer.phase("quiesce"):
@@ -240,7 +245,7 @@ class _InFlight:
             container_id=rc.id if rc else None,
             control_dir=str(req.control_dir) if req.control_dir else None,
             cuda_pids=procs.cuda_pids(req.pid), pod_snapshot_uid=req.pod_snapshot_uid,
-            quiesce=req.quiesce.model_dump(mode="json") if _over_http(req) else None,
+            quiesce=q.model_dump(mode="json") if (q := req.http_quiesce) else None,
         )  # fmt: skip
         self.quiesced = False
         #: the source is held past the commit (HeldSource): its journal goes with it
@@ -292,10 +297,6 @@ def _manifest(req: CheckpointRequest, host, command: list[str], own_netns: bool,
 
 def _engine(req: CheckpointRequest) -> Engine:
     return req.quiesce.engine if req.quiesce else Engine.HANDSHAKE
-
-
-def _over_http(req: CheckpointRequest) -> bool:
-    return req.quiesce is not None and req.quiesce.over_http
 
 
 def _used_gpus(gpus, cuda_pids):
