@@ -28,7 +28,7 @@ from api.crd import (
 )
 from api.handshake import pod_empty_dir
 from api.manifest import Compat, Manifest
-from api.podspec import CONTROL_VOLUME, container_status, is_running
+from api.podspec import CONTROL_VOLUME, container_status, is_running, source_mismatch
 from api.report import RestoreReport
 from restore_runtime import compat
 from restore_runtime.artifact import oci
@@ -199,13 +199,13 @@ def source_problem(pod: dict[str, Any], snap: PodSnapshot, node: str) -> str | N
     """Why this node's agent must not checkpoint ``pod`` for ``snap``: a pod's status is
     written by its node, so a container id there is only believed from a pod of this node,
     and only from the very pod the PodSnapshot names."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    if spec.get("nodeName") != node:
-        return (f"source pod {meta.get('name')} runs on node {spec.get('nodeName')!r}, not on "
-                f"{node!r}: an agent checkpoints containers of its own node only")  # fmt: skip
-    want = snap.spec.source.pod_ref.uid
-    if want and meta.get("uid") != want:
-        return f"source pod {meta.get('name')} has uid {meta.get('uid')}, not {want} (recreated?)"
+    name = (pod.get("metadata") or {}).get("name")
+    match source_mismatch(pod, node, snap.spec.source.pod_ref.uid):
+        case ("node", where, _):
+            return (f"source pod {name} runs on node {where!r}, not on {node!r}: an agent "
+                    "checkpoints containers of its own node only")  # fmt: skip
+        case ("uid", got, want):
+            return f"source pod {name} has uid {got}, not {want} (recreated?)"
     return None
 
 

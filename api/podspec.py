@@ -1,7 +1,8 @@
 """Pod spec edits shared by the webhook (restore pods) and the controller (SnapshotJob source
 pods): both give one container the control directory of the workload handshake, which the
 node agent then finds by its volume's name. And the reading of a container's status, shared
-by the controller and the node agent."""
+by the controller and the node agent; and whether a pod is a PodSnapshot's source on a node,
+which the node agent and the signer each check for themselves."""
 
 from __future__ import annotations
 
@@ -39,3 +40,17 @@ def container_status(pod: dict[str, Any], name: str | None) -> dict[str, Any] | 
 
 def is_running(status: dict[str, Any] | None) -> bool:
     return status is not None and "running" in (status.get("state") or {})
+
+
+def source_mismatch(pod: dict[str, Any], node: str,
+                    uid: str | None) -> tuple[str, str | None, str] | None:  # fmt: skip
+    """How ``pod`` is not the source a PodSnapshot names on ``node`` (with ``uid`` when it
+    pins one): ("node", the node it runs on, node), ("uid", its uid, uid), or None. A pod's
+    status is its node's to write, so only its binding and uid are believed; each caller
+    words the refusal."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if spec.get("nodeName") != node:
+        return "node", spec.get("nodeName"), node
+    if uid and meta.get("uid") != uid:
+        return "uid", meta.get("uid"), uid
+    return None

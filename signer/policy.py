@@ -9,6 +9,7 @@ from typing import Any
 
 from api.crd import PodSnapshot, PodSnapshotConditions, PodSnapshotReasons, condition_true
 from api.manifest import Manifest
+from api.podspec import source_mismatch
 from api.signer import SignRequest
 
 
@@ -59,9 +60,9 @@ def _source_pod_problem(snap: PodSnapshot, pod: dict[str, Any] | None, node: str
     ref = snap.spec.source.pod_ref
     if pod is None:
         return f"its source pod {ref.name} does not exist"
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    if ref.uid and meta.get("uid") != ref.uid:
-        return f"its source pod {ref.name} has uid {meta.get('uid')}, not {ref.uid}"
-    if (where := spec.get("nodeName")) != node:
-        return f"its source pod {ref.name} runs on node {where or '(none)'}, not on {node}"
+    match source_mismatch(pod, node, ref.uid):
+        case ("node", where, _):
+            return f"its source pod {ref.name} runs on node {where or '(none)'}, not on {node}"
+        case ("uid", got, want):
+            return f"its source pod {ref.name} has uid {got}, not {want}"
     return None
