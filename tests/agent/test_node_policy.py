@@ -27,27 +27,34 @@ STRATEGIC = {"Content-Type": "application/strategic-merge-patch+json"}
 CHANGED = "2026-12-03T00:00:00Z"
 
 
+def _install(admin, policy: str, account: str) -> list[tuple[str, dict]]:
+    """The chart's ValidatingAdmissionPolicy ``policy`` and its binding, and service account
+    ``account`` in SYSTEM with the chart's ClusterRole and binding of that name, created in
+    the API server; returns what to delete afterwards (the service account aside)."""
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in chart.render()}
+    created = [
+        (f"{ADMISSION}/validatingadmissionpolicies", objs[("ValidatingAdmissionPolicy", policy)]),
+        (f"{ADMISSION}/validatingadmissionpolicybindings",
+         objs[("ValidatingAdmissionPolicyBinding", policy)]),
+        (f"{RBAC}/clusterroles", objs[("ClusterRole", account)]),
+        (f"{RBAC}/clusterrolebindings", objs[("ClusterRoleBinding", account)]),
+    ]  # fmt: skip
+    admin.post(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts",
+               json={"metadata": {"name": account}})  # fmt: skip
+    for path, obj in created:
+        r = admin.post(path, json=obj)
+        assert r.status_code in (201, 409), r.text
+    return created
+
+
 @pytest.fixture(scope="module")
 def agent_client(control_plane):
     """(admin client, a client authenticated as node-a's agent, a client with an unbound
     token of the same service account)."""
-    objs = {(o["kind"], o["metadata"]["name"]): o for o in chart.render()}
-    created = [
-        (f"{ADMISSION}/validatingadmissionpolicies",
-         objs[("ValidatingAdmissionPolicy", "snap-snapshot-agent-node")]),
-        (f"{ADMISSION}/validatingadmissionpolicybindings",
-         objs[("ValidatingAdmissionPolicyBinding", "snap-snapshot-agent-node")]),
-        (f"{RBAC}/clusterroles", objs[("ClusterRole", AGENT)]),
-        (f"{RBAC}/clusterrolebindings", objs[("ClusterRoleBinding", AGENT)]),
-    ]  # fmt: skip
     with control_plane.client() as admin:
         for ns in (SYSTEM, NS):
             admin.post("/api/v1/namespaces", json={"metadata": {"name": ns}})
-        admin.post(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts",
-                   json={"metadata": {"name": AGENT}})  # fmt: skip
-        for path, obj in created:
-            r = admin.post(path, json=obj)
-            assert r.status_code in (201, 409), r.text
+        created = _install(admin, "snap-snapshot-agent-node", AGENT)
         agent_pod = admin.post(f"/api/v1/namespaces/{SYSTEM}/pods",
                                json=bound_pod("agent-a", "node-a", AGENT)).json()  # fmt: skip
         for name, node in (("mine", "node-a"), ("theirs", "node-b")):
@@ -197,20 +204,7 @@ def controller_client(control_plane, agent_client):
     """(admin, a client with the controller's service-account token), under the chart's
     controller RBAC and its controller-writes policy."""
     admin = agent_client[0]
-    objs = {(o["kind"], o["metadata"]["name"]): o for o in chart.render()}
-    name = "snap-snapshot-controller-writes"
-    created = [
-        (f"{ADMISSION}/validatingadmissionpolicies", objs[("ValidatingAdmissionPolicy", name)]),
-        (f"{ADMISSION}/validatingadmissionpolicybindings",
-         objs[("ValidatingAdmissionPolicyBinding", name)]),
-        (f"{RBAC}/clusterroles", objs[("ClusterRole", CONTROLLER)]),
-        (f"{RBAC}/clusterrolebindings", objs[("ClusterRoleBinding", CONTROLLER)]),
-    ]  # fmt: skip
-    admin.post(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts",
-               json={"metadata": {"name": CONTROLLER}})  # fmt: skip
-    for path, obj in created:
-        r = admin.post(path, json=obj)
-        assert r.status_code in (201, 409), r.text
+    created = _install(admin, "snap-snapshot-controller-writes", CONTROLLER)
     r = admin.post(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{CONTROLLER}/token",
                    json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                          "spec": {"expirationSeconds": 600}})  # fmt: skip
