@@ -16,11 +16,18 @@ from pydantic import ValidationError
 
 from api.crd import PodSnapshot
 from api.manifest import Manifest
-from api.signer import KEY_PATH, MAX_MANIFEST_BYTES, SIGN_PATH, SignRequest, SignResponse
+from api.signer import (
+    KEY_PATH,
+    MAX_MANIFEST_BYTES,
+    SIGN_PATH,
+    SIGNER_AUDIENCE,
+    SignRequest,
+    SignResponse,
+)
 from restore_runtime.artifact import signing
 
 from . import policy
-from .identity import Authenticate
+from .identity import Authenticate, screened
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -33,14 +40,19 @@ MAX_BODY = MAX_MANIFEST_BYTES * 4 // 3 + 64 * 1024
 
 
 def create_app(key: Ed25519PrivateKey, authenticate: Authenticate, get_snapshot: GetSnapshot,
-               get_pod: GetPod, agent_user: str) -> FastAPI:  # fmt: skip
+               get_pod: GetPod, agent_user: str,
+               audience: str = SIGNER_AUDIENCE) -> FastAPI:  # fmt: skip
     """``agent_user``: the node agents' service account (system:serviceaccount:NS:NAME), the
-    only caller served."""
+    only caller served. ``authenticate`` is asked through ``identity.screened``."""
     app = FastAPI(title="snapshot-signer", docs_url=None, redoc_url=None, openapi_url=None)
     registry = CollectorRegistry()
     answers = Counter("snapshot_signer_requests", "Signature requests, by result (signed, "
                       "refused, unauthenticated, malformed, unavailable)", ["result"],
                       registry=registry)  # fmt: skip
+    reviews = Counter("snapshot_signer_token_reviews", "TokenReviews asked of the API server "
+                      "(tokens not made for the signer, and repeats, are answered without one)",
+                      registry=registry)  # fmt: skip
+    authenticate = screened(authenticate, audience, reviews.inc)
     public_pem = signing.public_pem(key)
 
     def answer(result: str, status: int, message: str) -> JSONResponse:

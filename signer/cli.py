@@ -57,9 +57,10 @@ async def serve(args: argparse.Namespace) -> None:
     api = await kube.api_client(args.kubeconfig)
     async with api:
         snapshots = kube.pod_snapshots(api)
+        agent = f"system:serviceaccount:{args.agent_service_account}"
         app = create_app(key, token_review(api, args.audience), snapshots.get,
-                         lambda ns, name: kube.read_pod(api, ns, name),
-                         f"system:serviceaccount:{args.agent_service_account}")  # fmt: skip
+                         lambda ns, name: kube.read_pod(api, ns, name), agent,
+                         args.audience)  # fmt: skip
         log.info("signing for %s (audience %s)", args.agent_service_account, args.audience)
         await certs.serve_tls(app, args.host, args.port, cert, tls_key, args.log_level)
 

@@ -1,10 +1,22 @@
 """Who asks: the API server's TokenReview of the bearer token, for the signer's audience. A
 pod-bound service-account token names the pod's node in its extra fields (Kubernetes >= 1.30,
-the chart's floor); the admission policy on agents' writes reads the same field."""
+the chart's floor); the admission policy on agents' writes reads the same field.
+
+Every TokenReview is a request to the API server that anyone who reaches the signer could
+cause, so ``screened`` puts three things in front of it: a token that is not a JWT made for
+the signer's audience and still unexpired (read, not trusted: the review decides) is refused
+without one; a token's answer is kept for a few seconds; and few reviews run at once."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import hashlib
+import json
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from kubernetes_asyncio import client
 
@@ -12,6 +24,11 @@ from .policy import Caller
 
 NODE_NAME = "authentication.kubernetes.io/node-name"
 Authenticate = Callable[[str], Awaitable[Caller | None]]
+#: how long one token's answer is reused; a deleted agent pod's token is refused this late
+REVIEW_TTL_S = 10.0
+CACHED_TOKENS = 1024
+CONCURRENT_REVIEWS = 4
+MAX_TOKEN_BYTES = 16 * 1024
 
 
 def token_review(api: client.ApiClient, audience: str) -> Authenticate:
@@ -31,3 +48,62 @@ def token_review(api: client.ApiClient, audience: str) -> Authenticate:
         return Caller(username=st.user.username or "", node=node)
 
     return authenticate
+
+
+def unreviewable(token: str, audience: str, now: float) -> str | None:
+    """Why ``token`` is not worth a TokenReview (not a JWT, another audience, expired), or
+    None. Its signature is not checked here: only the API server can."""
+    if len(token) > MAX_TOKEN_BYTES:
+        return "too long"
+    claims = _claims(token)
+    if claims is None:
+        return "not a JWT"
+    aud = claims.get("aud")
+    if audience not in (aud if isinstance(aud, list) else [aud]):
+        return "made for another audience"
+    exp = claims.get("exp")
+    if not isinstance(exp, int | float) or exp <= now:
+        return "expired or without expiry"
+    return None
+
+
+def _claims(token: str) -> dict[str, Any] | None:
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def screened(authenticate: Authenticate, audience: str,
+             reviewed: Callable[[], None] = lambda: None) -> Authenticate:  # fmt: skip
+    """``authenticate`` behind the screen, cache and bound above; ``reviewed`` is called for
+    every TokenReview really asked for (the signer counts them)."""
+    answers: OrderedDict[bytes, tuple[float, Caller | None]] = OrderedDict()
+    reviews = asyncio.Semaphore(CONCURRENT_REVIEWS)
+
+    def cached(key: bytes) -> tuple[float, Caller | None] | None:
+        hit = answers.get(key)
+        return hit if hit is not None and hit[0] > time.monotonic() else None
+
+    async def check(token: str) -> Caller | None:
+        if unreviewable(token, audience, time.time()) is not None:
+            return None
+        key = hashlib.sha256(token.encode()).digest()
+        if hit := cached(key):
+            return hit[1]
+        async with reviews:
+            if hit := cached(key):  # asked again while this one waited
+                return hit[1]
+            reviewed()
+            caller = await authenticate(token)  # an error is not kept: the next one asks again
+        answers[key] = (time.monotonic() + REVIEW_TTL_S, caller)
+        answers.move_to_end(key)
+        while len(answers) > CACHED_TOKENS:
+            answers.popitem(last=False)
+        return caller
+
+    return check

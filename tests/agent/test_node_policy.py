@@ -196,6 +196,25 @@ def test_the_agent_cannot_change_what_a_podsnapshot_captures(agent_client):
     assert not admin.get(f"{SNAPS}/spec-kept").json()["spec"].get("keepSourceRunning")
 
 
+
+@pytest.mark.parametrize(
+    "metadata",
+    [{"labels": {"team": "node-a"}}, {"annotations": {"note": "x"}},
+     {"finalizers": ["x.example/keep", "node-a.example/block"]}],  # fmt: skip
+)
+def test_the_agent_only_removes_finalizers(agent_client, metadata):
+    """By reading (isolation round 3): the agent's RBAC may patch the main resource for its
+    finalizer, so its node could add finalizers (blocking deletion), labels or annotations
+    to the PodSnapshots handed to it. The agent-node policy lets it remove finalizers only
+    (test_a_finished_podsnapshot_is_final_for_the_agent removes one)."""
+    admin, agent, _ = agent_client
+    name = f"meta-{next(iter(metadata))}"
+    _handed_to_node_a(admin, name, {})
+    r = agent.patch(f"{SNAPS}/{name}", headers=MERGE, json={"metadata": metadata})
+    assert r.status_code == 403 and "may only remove finalizers" in r.text, r.text
+    assert admin.get(f"{SNAPS}/{name}").json()["metadata"]["finalizers"] == ["x.example/keep"]
+
+
 CONTROLLER = "snap-snapshot-controller"
 
 

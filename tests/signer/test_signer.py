@@ -95,7 +95,7 @@ def cluster(control_plane, tmp_path_factory):
             return r.json()["status"]["token"]
 
         tokens = {"agent": token(AGENT), "other": token(OTHER), "unbound": token(AGENT, False),
-                  "api-server": token(AGENT, audience=None)}  # fmt: skip
+                  "api-server": token(AGENT, audience=None), "fresh": token(AGENT)}  # fmt: skip
         key = tmp / "private.pem"
         signing.generate_keypair(key, tmp / "public.pem")
         with signer_process(tmp, control_plane.kubeconfig, key, f"{SYSTEM}:{AGENT}") as signer:
@@ -187,6 +187,29 @@ def test_an_oversized_request_is_refused_unread(cluster):
         r = c.post(SIGN_PATH, content=b"x" * (8 * 1024 * 1024),
                    headers={"Authorization": f"Bearer {tokens['agent']}"})  # fmt: skip
     assert r.status_code == 413
+
+
+def reviews(signer) -> float:
+    with signer.client() as c:
+        metrics = c.get("/metrics").text
+    name = "snapshot_signer_token_reviews_total"
+    return float(next(ln for ln in metrics.splitlines() if ln.startswith(name)).split()[-1])
+
+
+def test_token_reviews_are_screened_and_reused(cluster):
+    """Isolation round 3: every request with a bearer token cost the API server a
+    TokenReview. Garbage, and a real token made for another audience, are now refused without
+    one; one token asked with three times is reviewed once."""
+    _, uids, tokens, signer, _ = cluster
+    before = reviews(signer)
+    for token in ("garbage", "a.b.c", "x" * 20000, tokens["api-server"]):
+        r = ask(signer, token, request(uids, "mine"))
+        assert r.status_code == 401 and "not valid for the signer" in r.json()["error"]
+    assert reviews(signer) == before
+    for _ in range(3):
+        r = ask(signer, tokens["fresh"], request(uids, "theirs"))
+        assert r.status_code == 403 and "handed to node node-b" in r.json()["error"]
+    assert reviews(signer) == before + 1
 
 
 def _write(path, data: bytes):
