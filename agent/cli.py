@@ -45,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="Ed25519 private key (PEM) to sign with, on this machine (a "
                         "one-machine setup; a cluster's nodes use --signer-url)")  # fmt: skip
     _signer_args(a)
+    a.add_argument("--verify-key-path", type=Path, metavar="PATH",
+                   help="the node's verification keys (install-node's): refreshed from the "
+                        "signer every --key-refresh seconds")  # fmt: skip
+    a.add_argument("--key-refresh", type=float, default=300.0, metavar="S")
     a.add_argument("--signer-token", type=Path, default=DEFAULT_TOKEN,
                    help="this agent's service-account token for the signer's audience")  # fmt: skip
     a.add_argument("--resync", type=float, default=300.0,
@@ -188,6 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kubeclient import api as kube
     from kubeclient.workqueue import run_per_object
 
+    from .keys import keep_fresh
     from .loop import Agent
 
     cfg = agent_config(args)
@@ -198,6 +203,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             if args.metrics_port:  # first: the kubelet's probes ask it while recovery runs
                 agent.metrics.serve(args.metrics_port)
             await agent.recover()
+            background = set()  # held here, as long as the agent runs
+            if cfg.signer is not None and args.verify_key_path is not None:
+                background.add(asyncio.create_task(
+                    keep_fresh(cfg.signer, args.verify_key_path, args.key_refresh)))  # fmt: skip
             log.info("agent for node %s, artifact store %s", cfg.node, cfg.store)
             await run_per_object(agent.reconcile_key, agent.watched(), args.resync,
                                  sanitize=api.sanitize_for_serialization)  # fmt: skip

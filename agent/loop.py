@@ -403,7 +403,7 @@ class Agent:
 
     async def report(self, pod: dict[str, Any], report: RestoreReport) -> None:
         cond = d.restored_condition(report)
-        self.metrics.restores.labels(report.outcome.value).inc()
+        self.metrics.restored(report.outcome.value, report.timings.get("total"))
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         meta = pod["metadata"]
         # A strategic merge patch merges conditions by type and leaves the kubelet's alone.

@@ -124,6 +124,7 @@ class SourceInfo(_Model):
 
 
 class PodSnapshotStatus(_Model):
+    observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
     artifact: ArtifactRef | None = None
     checkpoint_seconds: float | None = None
@@ -217,6 +218,7 @@ class SnapshotJobSpec(_Model):
 
 
 class SnapshotJobStatus(_Model):
+    observed_generation: int | None = None
     pod_snapshot_name: str | None = None
     started_at: datetime | None = None
     completed_at: datetime | None = None

@@ -107,6 +107,27 @@ def pod_ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
+def _fail(out: JobActions, st: SnapshotJobStatus, has_pod: bool, reason: str, message: str,
+          now: datetime) -> JobActions:  # fmt: skip
+    st.conditions = set_condition(st.conditions, C.RUNNING, F, reason, message)
+    st.conditions = set_condition(st.conditions, C.FAILED, T, reason, message)
+    st.completed_at = now
+    out.status, out.delete_pod = st, has_pod
+    out.events.append(("Warning", reason, message))
+    return out
+
+
+def template_refused(job: SnapshotJob, status: SnapshotJobStatus | None, why: str,
+                     now: datetime) -> JobActions:  # fmt: skip
+    """The API server refused the source pod (created with strict field validation: a typo
+    such as ``resource:`` is an error, not a field silently dropped): the job fails with the
+    server's words. ``status``: what this pass had decided so far, if anything."""
+    st = (status or job.status).model_copy(deep=True)
+    st.started_at = st.started_at or now
+    return _fail(JobActions(), st, False, "InvalidPodTemplate",
+                 f"spec.podTemplate is not a valid pod: {why}", now)  # fmt: skip
+
+
 def reconcile(
     job: SnapshotJob, pod: dict[str, Any] | None, snap: PodSnapshot | None, now: datetime
 ) -> JobActions:
@@ -122,12 +143,7 @@ def reconcile(
         return out
 
     def fail(reason: str, message: str) -> JobActions:
-        st.conditions = set_condition(st.conditions, C.RUNNING, F, reason, message)
-        st.conditions = set_condition(st.conditions, C.FAILED, T, reason, message)
-        st.completed_at = now
-        out.status, out.delete_pod = st, pod is not None
-        out.events.append(("Warning", reason, message))
-        return out
+        return _fail(out, st, pod is not None, reason, message, now)
 
     if foreign:
         return fail("SourcePodConflict", f"pod {source_pod_name(job)} exists and is not owned "

@@ -6,6 +6,7 @@ every object again at each resync."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from datetime import UTC, datetime
 
@@ -94,10 +95,17 @@ class Controller:
         pod = await kube.read_pod(self.api, ns, jobs.source_pod_name(job))
         snap_name = job.status.pod_snapshot_name or job.metadata.name
         snap = await self.snapshots.get(ns, snap_name)
-        act = jobs.reconcile(job, pod, snap, datetime.now(UTC))
+        now = datetime.now(UTC)
+        act = jobs.reconcile(job, pod, snap, now)
         if act.create_pod is not None:
             log.info("SnapshotJob %s/%s: creating source pod", ns, job.metadata.name)
-            await self.core.create_namespaced_pod(ns, act.create_pod)
+            try:
+                await self.core.create_namespaced_pod(ns, act.create_pod,
+                                                      field_validation="Strict")  # fmt: skip
+            except ApiException as e:
+                if e.status not in (400, 422):
+                    raise
+                act = jobs.template_refused(job, act.status, _api_message(e), now)
         if act.create_snapshot is not None:
             await self.snapshots.create(act.create_snapshot)
         if act.delete_pod and pod is not None:
@@ -110,3 +118,12 @@ class Controller:
     async def _events(self, obj: PodSnapshot | SnapshotJob, events) -> None:
         for type_, reason, message in events:
             await kube.emit_event(self.api, obj.to_api(), type_, reason, message, COMPONENT)
+
+
+def _api_message(e: ApiException) -> str:
+    """The API server's own words for a refusal (its Status message), one line."""
+    try:
+        message = json.loads(e.body or "{}").get("message") or e.reason
+    except (ValueError, AttributeError):
+        message = e.reason
+    return " ".join(str(message).split())[:1000]

@@ -30,29 +30,34 @@ class TlsServer:
 
 
 @contextlib.contextmanager
-def webhook_process(tmp: Path, kubeconfig: Path, *extra: str) -> Iterator[TlsServer]:
-    """`snapshot-webhook` as its own process, serving TLS on loopback with a self-signed CA."""
-    with _tls_process(tmp, "webhook", kubeconfig, extra) as server:
+def webhook_process(tmp: Path, kubeconfig: Path, *extra: str,
+                    own_ca: bool = False) -> Iterator[TlsServer]:  # fmt: skip
+    """`snapshot-webhook` as its own process, serving TLS on loopback with a self-signed CA;
+    ``own_ca``: ``extra`` says where its certificate comes from (``TlsServer.ca`` is then a
+    path the caller fills in)."""
+    with _tls_process(tmp, "webhook", kubeconfig, extra, own_ca) as server:
         yield server
 
 
 @contextlib.contextmanager
-def signer_process(tmp: Path, kubeconfig: Path, key: Path, agent_sa: str,
-                   *extra: str) -> Iterator[TlsServer]:  # fmt: skip
-    """`snapshot-signer` as its own process, with ``key``, for ``agent_sa`` (NS:NAME)."""
-    args = ("--key", str(key), "--agent-service-account", agent_sa, *extra)
-    with _tls_process(tmp, "signer", kubeconfig, args) as server:
+def signer_process(tmp: Path, kubeconfig: Path, key: Path | None, agent_sa: str,
+                   *extra: str, own_ca: bool = False) -> Iterator[TlsServer]:  # fmt: skip
+    """`snapshot-signer` as its own process, with ``key`` (else ``extra`` names its key),
+    for ``agent_sa`` (NS:NAME)."""
+    args = (*(("--key", str(key)) if key else ()), "--agent-service-account", agent_sa, *extra)
+    with _tls_process(tmp, "signer", kubeconfig, args, own_ca) as server:
         yield server
 
 
 @contextlib.contextmanager
-def _tls_process(tmp: Path, component: str, kubeconfig: Path,
-                 extra: tuple[str, ...]) -> Iterator[TlsServer]:  # fmt: skip
+def _tls_process(tmp: Path, component: str, kubeconfig: Path, extra: tuple[str, ...],
+                 own_ca: bool = False) -> Iterator[TlsServer]:  # fmt: skip
     port = free_port()
     log = tmp / f"{component}-{port}.log"
     certs = tmp / f"certs-{port}"
+    tls = () if own_ca else ("--self-signed", str(certs))
     cmd = [sys.executable, "-m", f"{component}.cli", "--host", "127.0.0.1", "--port", str(port),
-           "--self-signed", str(certs), "--extra-san", "127.0.0.1",
+           *tls, "--extra-san", "127.0.0.1",
            "--kubeconfig", str(kubeconfig), *extra]  # fmt: skip
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
@@ -60,10 +65,11 @@ def _tls_process(tmp: Path, component: str, kubeconfig: Path,
     try:
 
         def healthy() -> bool:
-            if not server.ca.exists():
+            if not own_ca and not server.ca.exists():
                 return False
             try:
-                with server.client() as c:
+                with (httpx.Client(base_url=server.url, verify=False) if own_ca
+                      else server.client()) as c:  # fmt: skip
                     return c.get("/healthz").status_code == 200
             except httpx.HTTPError:
                 return False

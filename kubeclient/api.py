@@ -106,9 +106,13 @@ class CustomResources(Generic[M]):
         return self._model.model_validate(created)
 
     async def patch_status(self, obj: M, status: BaseModel) -> None:
+        """Write ``status``, stamped with the generation of ``obj`` it was decided from."""
+        body = status.to_api()
+        if obj.metadata.generation is not None:
+            body["observedGeneration"] = obj.metadata.generation
         await self._objs.patch_namespaced_custom_object_status(
             *self._args(obj.metadata.namespace), obj.metadata.name,
-            {"status": status.to_api()}, _content_type=MERGE_PATCH,
+            {"status": body}, _content_type=MERGE_PATCH,
         )  # fmt: skip
 
     async def write_status(self, obj: M, status: BaseModel, max_delay_s: float = 30.0) -> bool:

@@ -41,12 +41,61 @@ def service_names(service: str, namespace: str) -> list[str]:
             f"{service}.{namespace}.svc.cluster.local"]  # fmt: skip
 
 
+FILES = ("ca.crt", "tls.crt", "tls.key")
+
+
 def ensure(directory: Path, names: list[str]) -> ServingCert:
     """The CA and serving certificate in directory, created or renewed as needed."""
-    out = ServingCert(directory / "ca.crt", directory / "tls.crt", directory / "tls.key")
-    if _still_good(out, names):
+    out = ServingCert(*(directory / f for f in FILES))
+    try:
+        have = {f: (directory / f).read_bytes() for f in FILES}
+    except OSError:
+        have = {}
+    if have and usable(have, names):
         return out
     directory.mkdir(parents=True, exist_ok=True)
+    _write(directory, make(names))
+    log.info("wrote a self-signed CA and serving certificate for %s to %s", names, directory)
+    return out
+
+
+async def from_secret(api, namespace: str, secret: str, names: list[str]) -> ServingCert:
+    """The CA and serving certificate kept in Secret ``namespace/secret`` (made there once by
+    whichever replica starts first, renewed as ``ensure`` would), as files in a directory of
+    this process's own for the TLS server."""
+    import tempfile
+
+    from .owned import ensure_secret
+
+    data = await ensure_secret(api, namespace, secret, lambda: make(names),
+                               lambda d: usable(d, names))  # fmt: skip
+    directory = Path(tempfile.mkdtemp(prefix="snapshot-tls-"))
+    _write(directory, data)
+    return ServingCert(*(directory / f for f in FILES))
+
+
+async def made_for(api, namespace: str, service: str, extra_san: list[str], secret: str | None,
+                   directory: Path | None) -> ServingCert | None:  # fmt: skip
+    """The webhook's or the signer's own CA and certificate for ``service``: kept in Secret
+    ``secret``, else in ``directory``; None when neither is given (the admin's files)."""
+    names = [*service_names(service, namespace), *extra_san]
+    if secret is not None:
+        return await from_secret(api, namespace, secret, names)
+    if directory is not None:
+        return ensure(directory, names)
+    return None
+
+
+def _write(directory: Path, data: dict[str, bytes]) -> None:
+    atomic_write(directory / "tls.key", data["tls.key"])
+    os.chmod(directory / "tls.key", 0o600)
+    atomic_write(directory / "tls.crt", data["tls.crt"])
+    atomic_write(directory / "ca.crt", data["ca.crt"])
+
+
+def make(names: list[str]) -> dict[str, bytes]:
+    """A new CA and a serving certificate it signs for ``names`` (DNS names or IPs), PEM, as
+    ``ca.crt``, ``tls.crt`` and ``tls.key``."""
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "snapshot-webhook-ca")])
@@ -77,12 +126,8 @@ def ensure(directory: Path, names: list[str]) -> ServingCert:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    atomic_write(out.key, key_pem)
-    os.chmod(out.key, 0o600)
-    atomic_write(out.cert, cert.public_bytes(serialization.Encoding.PEM))
-    atomic_write(out.ca, ca.public_bytes(serialization.Encoding.PEM))
-    log.info("wrote a self-signed CA and serving certificate for %s to %s", names, directory)
-    return out
+    pem = serialization.Encoding.PEM
+    return {"ca.crt": ca.public_bytes(pem), "tls.crt": cert.public_bytes(pem), "tls.key": key_pem}
 
 
 def _builder(subject, issuer, public_key, issuer_key, now: dt.datetime) -> x509.CertificateBuilder:
@@ -111,12 +156,13 @@ def _key_usage(cert_sign: bool) -> x509.KeyUsage:
     )  # fmt: skip
 
 
-def _still_good(out: ServingCert, names: list[str]) -> bool:
+def usable(data: dict[str, bytes], names: list[str]) -> bool:
+    """Whether a CA and certificate (``make``'s keys) can still serve ``names``."""
     try:
-        cert = x509.load_pem_x509_certificate(out.cert.read_bytes())
-        x509.load_pem_x509_certificate(out.ca.read_bytes())
-        serialization.load_pem_private_key(out.key.read_bytes(), password=None)
-    except (OSError, ValueError):
+        cert = x509.load_pem_x509_certificate(data["tls.crt"])
+        x509.load_pem_x509_certificate(data["ca.crt"])
+        serialization.load_pem_private_key(data["tls.key"], password=None)
+    except (KeyError, ValueError):
         return False
     if cert.not_valid_after_utc - dt.datetime.now(dt.UTC) < RENEW_BEFORE:
         return False
@@ -148,6 +194,10 @@ def run_server(serve, args) -> int:
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(args))
+    except Exception as e:  # one line that says why (a bad key, no API server), no traceback
+        log.critical("cannot serve: %s", e, exc_info=log.isEnabledFor(logging.DEBUG))
+        return 1
     return 0

@@ -41,9 +41,10 @@ MAX_BODY = MAX_MANIFEST_BYTES * 4 // 3 + 64 * 1024
 
 def create_app(key: Ed25519PrivateKey, authenticate: Authenticate, get_snapshot: GetSnapshot,
                get_pod: GetPod, agent_user: str,
-               audience: str = SIGNER_AUDIENCE) -> FastAPI:  # fmt: skip
+               audience: str = SIGNER_AUDIENCE, retired: bytes = b"") -> FastAPI:  # fmt: skip
     """``agent_user``: the node agents' service account (system:serviceaccount:NS:NAME), the
-    only caller served. ``authenticate`` is asked through ``identity.screened``."""
+    only caller served. ``authenticate`` is asked through ``identity.screened``. ``retired``:
+    public keys (PEM) served after the key's own, for what they signed before a rotation."""
     app = FastAPI(title="snapshot-signer", docs_url=None, redoc_url=None, openapi_url=None)
     registry = CollectorRegistry()
     answers = Counter("snapshot_signer_requests", "Signature requests, by result (signed, "
@@ -53,7 +54,7 @@ def create_app(key: Ed25519PrivateKey, authenticate: Authenticate, get_snapshot:
                       "(tokens not made for the signer, and repeats, are answered without one)",
                       registry=registry)  # fmt: skip
     authenticate = screened(authenticate, audience, reviews.inc)
-    public_pem = signing.public_pem(key)
+    public_pem = signing.public_pem(key) + retired
 
     def answer(result: str, status: int, message: str) -> JSONResponse:
         answers.labels(result).inc()

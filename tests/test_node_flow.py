@@ -328,6 +328,8 @@ async def _flow(control_plane, containerd, kubelet, tmp_path, sfx, settings, reg
         sample = agent.metrics.registry.get_sample_value
         assert sample("snapshot_agent_checkpoints_total", {"result": "captured"}) == 1
         assert sample("snapshot_agent_restores_reported_total", {"outcome": "restored"}) == 1
+        assert sample("snapshot_agent_restore_seconds_count", {"outcome": "restored"}) == 1
+        assert 0 < sample("snapshot_agent_restore_seconds_sum", {"outcome": "restored"}) < 300
         assert sample("snapshot_agent_artifact_bytes_total") == artifact["sizeBytes"]
         events = api.get(f"/api/v1/namespaces/{kubelet.ns}/events").json()["items"]
         reasons = {(e["involvedObject"]["name"], e["reason"]) for e in events}

@@ -4,12 +4,20 @@
     snapshot-webhook --port 8443 --self-signed /var/run/snapshot-webhook \\
         --service snapshot-webhook --namespace snapshot-system \\
         --patch-ca-bundle snapshot-webhook
+    snapshot-webhook --tls-secret snapshot-webhook-tls --service snapshot-webhook \\
+        --namespace snapshot-system --patch-ca-bundle snapshot-webhook
+
+With --tls-secret, every replica serves the one CA and certificate kept in that Secret (made
+by the first to start, never by the chart). With --patch-ca-bundle, the CA is written into
+the webhook configuration, and written again within a minute whenever something else (a
+GitOps sync of the chart's manifest) blanks or changes it.
 
 It reads PodSnapshots through in-cluster config or $KUBECONFIG (or --kubeconfig)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import logging
 import sys
@@ -34,6 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--self-signed", type=Path, metavar="DIR",
         help="make (or reuse) a CA and serving certificate in DIR instead of --tls-cert/--tls-key",
     )  # fmt: skip
+    p.add_argument("--tls-secret", metavar="NAME",
+                   help="keep the CA and serving certificate in this Secret")  # fmt: skip
     p.add_argument("--service", default="snapshot-webhook", help="Service name, for the cert")
     p.add_argument("--namespace", default="snapshot-system", help="Service namespace")
     p.add_argument("--extra-san", action="append", default=[], help="more cert names or IPs")
@@ -41,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--patch-ca-bundle", metavar="NAME",
         help="set the caBundle of MutatingWebhookConfiguration NAME to the self-signed CA",
     )  # fmt: skip
+    p.add_argument("--ca-bundle-recheck", type=float, default=CA_BUNDLE_RECHECK_S, metavar="S",
+                   help="seconds between checks that the caBundle is still ours")  # fmt: skip
     p.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
     p.add_argument(
         "--lookup-timeout", type=float, default=5.0,
@@ -50,14 +62,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--runtime-class", default=DEFAULT_RUNTIME_CLASS)
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
-    if args.self_signed is None and not (args.tls_cert and args.tls_key):
-        p.error("give --tls-cert and --tls-key, or --self-signed DIR")
-    if args.patch_ca_bundle and args.self_signed is None:
-        p.error("--patch-ca-bundle needs --self-signed")
+    if not made(args) and not (args.tls_cert and args.tls_key):
+        p.error("give --tls-cert and --tls-key, --self-signed DIR or --tls-secret NAME")
+    if args.patch_ca_bundle and not made(args):
+        p.error("--patch-ca-bundle needs --self-signed or --tls-secret")
     return args
 
 
-async def patch_ca_bundle(api, name: str, ca_pem: bytes) -> None:
+#: how soon a caBundle blanked by someone else (a GitOps sync) is written again
+CA_BUNDLE_RECHECK_S = 30.0
+
+
+async def patch_ca_bundle(api, name: str, ca_pem: bytes) -> bool:
+    """Set every webhook's caBundle in MutatingWebhookConfiguration ``name`` to ``ca_pem``;
+    False (nothing written) when they all hold it already."""
     from kubernetes_asyncio import client
 
     admission = client.AdmissionregistrationV1Api(api)
@@ -65,28 +83,49 @@ async def patch_ca_bundle(api, name: str, ca_pem: bytes) -> None:
     bundle = base64.b64encode(ca_pem).decode()
     ops = [
         {"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
-        for i in range(len(cfg.webhooks or []))
+        for i, hook in enumerate(cfg.webhooks or [])
+        if hook.client_config.ca_bundle != bundle
     ]
-    if ops:
-        await admission.patch_mutating_webhook_configuration(name, ops)
+    if not ops:
+        return False
+    await admission.patch_mutating_webhook_configuration(name, ops)
     log.info("set the caBundle of MutatingWebhookConfiguration %s (%d webhooks)", name, len(ops))
+    return True
+
+
+async def keep_ca_bundle(api, name: str, ca_pem: bytes, every_s: float) -> None:
+    """Check now, then every ``every_s``; a configuration not there yet (helm applies it
+    beside this Deployment, in no set order) or an API server away is tried again later."""
+    while True:
+        try:
+            await patch_ca_bundle(api, name, ca_pem)
+        except Exception as e:
+            log.warning("cannot check the caBundle of %s: %s", name, str(e).splitlines()[0])
+        await asyncio.sleep(every_s)
 
 
 async def serve(args: argparse.Namespace) -> None:
-    if args.self_signed is not None:
-        names = [*certs.service_names(args.service, args.namespace), *args.extra_san]
-        tls = certs.ensure(args.self_signed, names)
-        cert, key = tls.cert, tls.key
-    else:
-        cert, key = args.tls_cert, args.tls_key
     api = await kube.api_client(args.kubeconfig)
     async with api:
-        if args.patch_ca_bundle:
-            await patch_ca_bundle(api, args.patch_ca_bundle, tls.ca_pem)
+        tls = await certs.made_for(api, args.namespace, args.service, args.extra_san,
+                                   args.tls_secret, args.self_signed)  # fmt: skip
+        cert, key = (tls.cert, tls.key) if tls else (args.tls_cert, args.tls_key)
+        keeper = None
+        if args.patch_ca_bundle and tls is not None:
+            keeper = asyncio.create_task(keep_ca_bundle(api, args.patch_ca_bundle, tls.ca_pem,
+                                                        args.ca_bundle_recheck))  # fmt: skip
         app = create_app(
             snapshot_lookup(kube.pod_snapshots(api), args.lookup_timeout), args.runtime_class
         )
-        await certs.serve_tls(app, args.host, args.port, cert, key, args.log_level)
+        try:
+            await certs.serve_tls(app, args.host, args.port, cert, key, args.log_level)
+        finally:
+            if keeper is not None:
+                keeper.cancel()
+
+
+def made(args: argparse.Namespace) -> bool:
+    return args.self_signed is not None or args.tls_secret is not None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ from .cache import CACHE_DIR, ArtifactCache
 from .oci import RegistryAccess
 
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from restore_runtime.artifact.signing import VerifyKey
 
 
 def registry_access(node: NodeConfig) -> RegistryAccess:
@@ -25,7 +25,7 @@ def artifact_cache(node: NodeConfig) -> ArtifactCache:
                          registry_access(node))  # fmt: skip
 
 
-def verify_key(node: NodeConfig) -> Ed25519PublicKey | None:
+def verify_key(node: NodeConfig) -> VerifyKey | None:
     """The Ed25519 public key restores require a signature from. A configured key that
     cannot be read fails the restore: unverifiable is not unsigned."""
     if node.verify_key_path is None:

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from restore_runtime.artifact.signing import VerifyKey
 
 from pydantic import ValidationError
 
@@ -67,7 +67,7 @@ class HashJob:
 
 
 def plan(
-    artifact: Path, public_key: Ed25519PublicKey | None = None, raw: bytes | None = None
+    artifact: Path, public_key: VerifyKey | None = None, raw: bytes | None = None
 ) -> tuple[Manifest | None, list[Problem], list[HashJob]]:
     """Every check that needs no hashing (manifest, signature, paths, presence, sizes,
     extra files), plus the hash jobs left to run. ``raw``: the manifest's bytes as the
@@ -204,7 +204,7 @@ def _copy_hashing(src: Path, dst: Path, parts: list[Slice],
 
 def verify(
     artifact: Path,
-    public_key: Ed25519PublicKey | None = None,
+    public_key: VerifyKey | None = None,
     workers: int | None = None,
     progress: ProgressFn | None = None,
 ) -> tuple[Manifest | None, list[Problem]]:

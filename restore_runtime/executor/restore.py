@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from restore_runtime.artifact.signing import VerifyKey
 
 
 from api.annotations import RestoreOutcome
@@ -65,7 +65,7 @@ _REAP_TIMEOUT_S = 10.0
 class RestoreRequest:
     artifact: Path
     pidfile: Path | None = None
-    verify_key: Ed25519PublicKey | None = None
+    verify_key: VerifyKey | None = None
     control_dir: Path | None = None
     #: network namespace to restore into (name under /run/netns or a path); default: ours
     netns: str | None = None

@@ -196,11 +196,13 @@ def test_the_agent_cannot_change_what_a_podsnapshot_captures(agent_client):
     assert not admin.get(f"{SNAPS}/spec-kept").json()["spec"].get("keepSourceRunning")
 
 
-
 @pytest.mark.parametrize(
     "metadata",
-    [{"labels": {"team": "node-a"}}, {"annotations": {"note": "x"}},
-     {"finalizers": ["x.example/keep", "node-a.example/block"]}],  # fmt: skip
+    [
+        {"labels": {"team": "node-a"}},
+        {"annotations": {"note": "x"}},
+        {"finalizers": ["x.example/keep", "node-a.example/block"]},
+    ],
 )
 def test_the_agent_only_removes_finalizers(agent_client, metadata):
     """By reading (isolation round 3): the agent's RBAC may patch the main resource for its

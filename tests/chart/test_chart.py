@@ -21,8 +21,6 @@ PLURALS = {
     "MutatingWebhookConfiguration":
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
     "RuntimeClass": "/apis/node.k8s.io/v1/runtimeclasses",
-    "Secret": "/api/v1/namespaces/{ns}/secrets",
-    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
     "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "ValidatingAdmissionPolicy":
@@ -66,7 +64,7 @@ def test_defaults_wire_the_components_together():
     assert "snapshot-system" in hook["namespaceSelector"]["matchExpressions"][0]["values"]
     webhook = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-webhook"))
     args = webhook["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--tls-cert=/tls/tls.crt" in args and "--runtime-class=snapshot" in args
+    assert "--tls-secret=snap-snapshot-webhook-tls" in args and "--runtime-class=snapshot" in args
     (rc,) = k["RuntimeClass"]
     assert (rc["metadata"]["name"], rc["handler"]) == ("snapshot", "snapshot")
     (agent,) = k["DaemonSet"]
@@ -75,62 +73,98 @@ def test_defaults_wire_the_components_together():
         "privileged": True, "runAsUser": 0}  # fmt: skip
     assert spec["containers"][0]["command"] == ["snapshot-agent", "run"]
     role = next(r for r in k["ClusterRole"] if r["metadata"]["name"].endswith("-webhook"))
-    assert role["rules"] == [{"apiGroups": ["nvidia.com"], "resources": ["podsnapshots"],
-                              "verbs": ["get"]}], "the webhook writes nothing"  # fmt: skip
+    assert role["rules"][0] == {"apiGroups": ["nvidia.com"], "resources": ["podsnapshots"],
+                                "verbs": ["get"]}, "it reads PodSnapshots only"  # fmt: skip
+    writes = [r for r in role["rules"][1:] if set(r["verbs"]) - {"get"}]
+    assert all(r.get("resourceNames") == [mwc["metadata"]["name"]] for r in writes), (
+        "and writes its own configuration's caBundle only"
+    )
 
 
 def test_defaults_are_secure():
-    """helm template on default values: one CA for every webhook replica, signing required
-    (a generated Ed25519 key, only its public half installed on nodes), and the fail-closed
-    ValidatingAdmissionPolicy with its binding."""
-    import base64
-
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
-
+    """helm template on default values: nothing secret rendered (the webhook and the signer
+    make their certificates and the signing key themselves, once, in Secrets they keep),
+    signing required, the webhook writing its own CA into its configuration, and the
+    fail-closed ValidatingAdmissionPolicy with its binding."""
     k = by_kind(chart.render())
-    secrets = {s["metadata"]["name"]: s for s in k["Secret"]}
-    tls, keys = secrets["snap-snapshot-webhook-tls"], secrets["snap-snapshot-signing"]
+    assert "Secret" not in k and "ConfigMap" not in k
     (mwc,) = k["MutatingWebhookConfiguration"]
-    assert mwc["webhooks"][0]["clientConfig"]["caBundle"] == tls["data"]["ca.crt"]
+    assert "caBundle" not in mwc["webhooks"][0]["clientConfig"]
     webhook = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-webhook"))
     assert webhook["spec"]["replicas"] == 2
-    assert webhook["spec"]["template"]["spec"]["volumes"] == [
-        {"name": "tls", "secret": {"secretName": "snap-snapshot-webhook-tls"}}]  # fmt: skip
-    pem = base64.b64decode(keys["data"]["private.pem"])
-    assert isinstance(load_pem_private_key(pem, None), Ed25519PrivateKey)
+    pod = webhook["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--tls-secret=snap-snapshot-webhook-tls" in args
+    assert f"--patch-ca-bundle={mwc['metadata']['name']}" in args
+    assert [v["name"] for v in pod["volumes"]] == ["tmp"]
+    role = next(r for r in k["ClusterRole"] if r["metadata"]["name"] == "snap-snapshot-webhook")
+    assert {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["mutatingwebhookconfigurations"],
+        "resourceNames": [mwc["metadata"]["name"]],
+        "verbs": ["get", "patch"],
+    } in role["rules"]
 
     spec = k["DaemonSet"][0]["spec"]["template"]["spec"]
     (init,) = spec["initContainers"]
     url = "--signer-url=https://snap-snapshot-signer.snapshot-system.svc"
     assert url in init["args"] and url in spec["containers"][0]["args"]
     assert "--no-signing-required" not in init["args"]
+    assert "--verify-key-path=/opt/snapshot/keys/verify.pem" in spec["containers"][0]["args"]
     token = next(v for v in spec["volumes"] if v["name"] == "signer-token")
     assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "snapshot-signer"
 
 
+def test_helm_template_is_byte_identical_run_after_run():
+    """Operations issue: helm template (what Argo CD and Flux render with, where lookup finds
+    nothing) made a new signing key, webhook CA and signer certificate on every run, so
+    every GitOps sync rotated them and artifacts stopped verifying."""
+    for values in ({}, {"storage.type": "oci", "storage.oci.repository": "oci://reg.test/snaps"}):
+        first = chart.helm(
+            "template",
+            "snap",
+            str(chart.CHART),
+            "-n",
+            "snapshot-system",
+            "--kube-version",
+            chart.KUBE_VERSION,
+            *[a for kv in values.items() for a in ("--set", "=".join(kv))],
+        )
+        again = chart.helm(
+            "template",
+            "snap",
+            str(chart.CHART),
+            "-n",
+            "snapshot-system",
+            "--kube-version",
+            chart.KUBE_VERSION,
+            *[a for kv in values.items() for a in ("--set", "=".join(kv))],
+        )
+        assert first.returncode == 0, first.stderr
+        assert first.stdout == again.stdout
+        assert "PRIVATE KEY" not in first.stdout and "CERTIFICATE" not in first.stdout
+
+
 def test_no_gpu_node_holds_the_signing_key():
-    """The key is mounted by the signer alone, which is kept off GPU nodes; the agent (on every
-    GPU node) gets the signer's CA from a ConfigMap and nothing of the signing or TLS Secrets.
-    Before the signer, the agent mounted the private key and signed on the node."""
+    """The key is read by the signer alone (its Role names the Secret; no ClusterRole reads
+    Secrets), which is kept off GPU nodes; the agent (on every GPU node) gets the signer's CA
+    from a ConfigMap and mounts no Secret. Before the signer, the agent mounted the private
+    key and signed on the node."""
     k = by_kind(chart.render())
-    secrets = {s["metadata"]["name"] for s in k["Secret"]}
-
-    def mounted(spec: dict) -> set[str]:
-        found = set()
-        for v in spec["volumes"]:
-            found |= {v["secret"]["secretName"]} if "secret" in v else set()
-            for src in v.get("projected", {}).get("sources", []):
-                found |= {src["secret"]["name"]} if "secret" in src else set()
-        return found & secrets
-
     agent = k["DaemonSet"][0]["spec"]["template"]["spec"]
-    assert mounted(agent) == set()
+    assert not [v for v in agent["volumes"] if "secret" in v]
     args = [a for c in (*agent["initContainers"], *agent["containers"]) for a in c["args"]]
     assert not [a for a in args if a.startswith("--sign-key")]
     signer = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-signer"))
     spec = signer["spec"]["template"]["spec"]
-    assert mounted(spec) == {"snap-snapshot-signing", "snap-snapshot-signer-tls"}
+    assert "--key-secret=snap-snapshot-signing" in spec["containers"][0]["args"]
+    readers = {r["metadata"]["name"] for r in (*k["Role"], *k["ClusterRole"])
+               for rule in r["rules"] if "secrets" in rule.get("resources", [])
+               and "snap-snapshot-signing" in rule.get("resourceNames", ["*"])}  # fmt: skip
+    assert readers == {"snap-snapshot-signer-keeps"}
+    (binding,) = [b for b in k["RoleBinding"]
+                  if b["metadata"]["name"] == "snap-snapshot-signer-keeps"]  # fmt: skip
+    assert binding["subjects"][0]["name"] == "snap-snapshot-signer"
     (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"]  # fmt: skip
     assert term["matchExpressions"] == [
@@ -240,11 +274,11 @@ def test_two_controller_replicas_elect_a_leader():
     container = deploy["spec"]["template"]["spec"]["containers"][0]
     assert "--leader-elect" in container["args"] and "--lease-duration=15" in container["args"]
     assert {e["name"] for e in container["env"]} == {"POD_NAME", "POD_NAMESPACE"}
-    (role,) = k["Role"]
+    (role,) = [r for r in k["Role"] if r["metadata"]["name"].endswith("-controller-lease")]
     assert role["metadata"]["namespace"] == "snapshot-system"
     assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                               "verbs": ["get", "create", "update"]}]  # fmt: skip
-    (binding,) = k["RoleBinding"]
+    (binding,) = [b for b in k["RoleBinding"] if b["metadata"]["name"] == role["metadata"]["name"]]
     assert binding["subjects"][0]["name"] == deploy["spec"]["template"]["spec"][
         "serviceAccountName"]  # fmt: skip
 
@@ -262,21 +296,36 @@ def test_metrics_services_and_the_service_monitor_toggle():
     assert deploy["spec"]["template"]["metadata"]["labels"].items() >= ctl["spec"][
         "selector"].items()  # fmt: skip
 
-    monitors = by_kind(chart.render(set_values={"metrics.serviceMonitor": "true"}))[
+    monitors = by_kind(chart.render(set_values={"metrics.serviceMonitor": "true",
+                                                "metrics.serviceMonitorLabels.release": "kp",
+                                                "metrics.interval": "15s"}))[
         "ServiceMonitor"]  # fmt: skip
-    assert {m["metadata"]["name"] for m in monitors} == {"snap-snapshot-controller",
-                                                         "snap-snapshot-agent"}  # fmt: skip
+    # all four components are scraped (operations issue: the webhook and the signer never
+    # were), with the label a kube-prometheus install selects by
+    assert {m["metadata"]["name"] for m in monitors} == {
+        "snap-snapshot-controller", "snap-snapshot-agent", "snap-snapshot-webhook",
+        "snap-snapshot-signer"}  # fmt: skip
     for m in monitors:
+        assert m["metadata"]["labels"]["release"] == "kp"
+        (endpoint,) = m["spec"]["endpoints"]
+        assert endpoint["interval"] == "15s"
         component = m["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
-        svc = services[f"snap-snapshot-{component}-metrics"]
+        svc = services.get(f"snap-snapshot-{component}-metrics") or services[
+            f"snap-snapshot-{component}"]  # fmt: skip
         assert svc["metadata"]["labels"]["app.kubernetes.io/component"] == component
-        assert m["spec"]["endpoints"][0]["port"] == "metrics"
+        port = endpoint["port"]
+        assert port in {p["name"] for p in svc["spec"]["ports"]}
+        if port == "https":  # checked against the component's own CA, by its Service name
+            assert (
+                endpoint["tlsConfig"]["serverName"]
+                == f"{svc['metadata']['name']}.snapshot-system.svc"
+            )
 
 
 def test_signing_opt_out_is_explicit():
     k = by_kind(chart.render(set_values={"signing.required": "false"}))
-    assert all(s["metadata"]["name"] != "snap-snapshot-signing" for s in k["Secret"])
     assert all(not d["metadata"]["name"].endswith("-signer") for d in k["Deployment"])
+    assert all(not r["metadata"]["name"].endswith("-signer-keeps") for r in k["Role"])
     (init,) = k["DaemonSet"][0]["spec"]["template"]["spec"]["initContainers"]
     assert "--no-signing-required" in init["args"]
 
@@ -288,7 +337,8 @@ def test_existing_tls_secret_instead_of_the_generated_one():
     pod = webhook["spec"]["template"]["spec"]
     assert "--tls-cert=/tls/tls.crt" in pod["containers"][0]["args"]
     assert pod["volumes"][0]["secret"]["secretName"] == "webhook-tls"
-    assert all(s["metadata"]["name"] != "webhook-tls" for s in k["Secret"]), "not generated"
+    assert "Secret" not in k, "not generated"
+    assert all(not r["metadata"]["name"].endswith("-webhook-keeps") for r in k["Role"])
     assert k["MutatingWebhookConfiguration"][0]["webhooks"][0]["clientConfig"]["caBundle"] == "Q0E="
 
 
@@ -337,8 +387,8 @@ def test_signing_and_node_installation():
     assert "initContainers" not in spec  # installShim=false
     assert "--signer-ca=/signer-ca/ca.crt" in spec["containers"][0]["args"]
     signer = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-signer"))
-    keys = {"name": "keys", "secret": {"secretName": "snapshot-keys", "defaultMode": 0o440}}
-    assert keys in signer["spec"]["template"]["spec"]["volumes"]
+    assert "--key-secret=snapshot-keys" in signer["spec"]["template"]["spec"]["containers"][0][
+        "args"]  # fmt: skip
     assert "PodDisruptionBudget" not in k  # one replica of each: nothing to keep available
     (rc,) = k["RuntimeClass"]
     assert rc["scheduling"]["nodeSelector"] == {"snapshot.nvidia.com/shim": "true"}

@@ -158,6 +158,27 @@ async def test_snapshot_job_deadline(control_plane, controller, ns):
     assert conditions(j)["Failed"] == ("True", "DeadlineExceeded")
 
 
+async def test_a_pod_template_typo_fails_the_job_with_the_servers_words(
+    control_plane, controller, ns
+):
+    """Operations issue: podTemplate preserves unknown fields, so a typo (``resource:`` for
+    ``resources:``) was accepted and silently dropped when the source pod was created: it ran
+    without its GPU limit. The controller creates the pod with strict field validation; the
+    job fails at once with the API server's words, and no pod is left."""
+    typo = [{"name": "main", "image": "img:1", "resource": {"limits": {"nvidia.com/gpu": 1}}}]
+    job = {"apiVersion": "nvidia.com/v1alpha1", "kind": "SnapshotJob", "metadata": {"name": "typo"},
+           "spec": {"podTemplate": {"spec": {"containers": typo}}}}  # fmt: skip
+    with control_plane.client() as c:
+        create(c, ns, "snapshotjobs", job)
+        await resync(controller)
+        j = c.get(f"{GROUP}/namespaces/{ns}/snapshotjobs/typo").json()
+        assert conditions(j)["Failed"] == ("True", "InvalidPodTemplate")
+        failed = next(x for x in j["status"]["conditions"] if x["type"] == "Failed")
+        assert 'unknown field "spec.containers[0].resource"' in failed["message"], failed
+        assert j["status"]["observedGeneration"] == j["metadata"]["generation"]
+        assert c.get(f"/api/v1/namespaces/{ns}/pods/typo-source").status_code == 404
+
+
 @pytest.mark.parametrize(
     "body, fragment",
     [

@@ -213,6 +213,26 @@ def test_signatures(tmp_path):
     assert ("signature", "manifest.sig") in kinds(art, signing.load_public_key(pub))
 
 
+def test_a_retired_key_in_the_nodes_key_ring_still_verifies_what_it_signed(tmp_path):
+    """Key rotation: the node's key file holds the current key, then the retired ones; an
+    artifact signed before the rotation still verifies, one signed by a key never in the ring
+    does not, and a ring with something other than Ed25519 keys is refused."""
+    for name in ("old", "new", "stranger"):
+        signing.generate_keypair(tmp_path / name, tmp_path / f"{name}.pub")
+    ring = tmp_path / "ring.pem"
+    ring.write_bytes((tmp_path / "new.pub").read_bytes() + (tmp_path / "old.pub").read_bytes())
+    keys = signing.load_public_key(ring)
+    assert isinstance(keys, signing.KeyRing) and len(keys.keys) == 2
+    for name, problems in (("old", []), ("new", []),
+                           ("stranger", [("signature", "manifest.sig")])):  # fmt: skip
+        art = make_artifact(tmp_path, name=name + "-art",
+                            key=signing.load_private_key(tmp_path / name))  # fmt: skip
+        assert kinds(art, keys) == problems, name
+    ring.write_bytes((tmp_path / "new.pub").read_bytes() + b"garbage")
+    with pytest.raises(signing.KeyError_, match="cannot load verification key"):
+        signing.load_public_key(ring)
+
+
 def test_bad_key_files_are_clear_errors(tmp_path):
     (tmp_path / "junk").write_text("not a key")
     with pytest.raises(signing.KeyError_, match="cannot load verification key"):

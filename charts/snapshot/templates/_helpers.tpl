@@ -73,26 +73,3 @@ https://{{ .Values.signer.clusterIP | default (printf "%s.%s.svc" (include "snap
 {{- if and (eq .role "push") $s.pushSecret -}}/oci-push{{- else if $s.pullSecret -}}/oci-auth{{- end -}}
 {{- end -}}
 
-{{- /* A serving certificate for Service .name in the release's namespace, signed by a CA of
-its own (.caName), with .ips as IP SANs: the one in Secret .secret while it still fits (kept
-across upgrades: the webhook's caBundle and the agents' trust stay valid), else a new one. As
-YAML (fromYaml): ca, crt, key, base64. */ -}}
-{{- define "snapshot.servingCert" -}}
-{{- $ns := .root.Release.Namespace }}
-{{- $ips := .ips | default list }}
-{{- $old := lookup "v1" "Secret" $ns .secret }}
-{{- $oldIPs := "" }}
-{{- if $old }}{{- $oldIPs = index ($old.metadata.annotations | default dict) "snapshot.nvidia.com/ips" | default "" }}{{- end }}
-{{- if and $old (hasKey $old.data "ca.crt") (eq $oldIPs (join "," $ips)) }}
-ca: {{ index $old.data "ca.crt" }}
-crt: {{ index $old.data "tls.crt" }}
-key: {{ index $old.data "tls.key" }}
-{{- else }}
-{{- $names := list .name (printf "%s.%s" .name $ns) (printf "%s.%s.svc" .name $ns) (printf "%s.%s.svc.cluster.local" .name $ns) }}
-{{- $ca := genCA .caName 3650 }}
-{{- $cert := genSignedCert .name $ips $names 3650 $ca }}
-ca: {{ $ca.Cert | b64enc }}
-crt: {{ $cert.Cert | b64enc }}
-key: {{ $cert.Key | b64enc }}
-{{- end }}
-{{- end -}}

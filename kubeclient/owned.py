@@ -1,0 +1,92 @@
+"""What a component makes once and keeps in the API server instead of the chart making it at
+render time: a Secret (the signing key, a serving CA and certificate) and a ConfigMap (a CA
+that agents trust). Nothing secret is then in ``helm template``'s output, so a GitOps sync
+renders the same bytes every time and never replaces a key.
+
+Every replica may start at once: a Secret is created only if absent (the loser of the race
+reads the winner's), and renewed with a compare-and-swap on its resourceVersion."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+Data = dict[str, bytes]
+ATTEMPTS = 5
+
+
+async def ensure_secret(api: client.ApiClient, namespace: str, name: str,
+                        make: Callable[[], Data],
+                        usable: Callable[[Data], bool] = lambda _: True) -> Data:  # fmt: skip
+    """The data of Secret ``namespace/name``: as it is when ``usable``; else made by ``make``
+    and written (created, or replaced when unusable)."""
+    core = client.CoreV1Api(api)
+    for _ in range(ATTEMPTS):
+        try:
+            secret = await core.read_namespaced_secret(name, namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            secret = None
+        if secret is not None:
+            data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+            if usable(data):
+                return data
+        new = make()
+        body = client.V1Secret(
+            metadata=client.V1ObjectMeta(
+                name=name, namespace=namespace,
+                labels={"app.kubernetes.io/managed-by": "snapshot"},
+                resource_version=secret.metadata.resource_version if secret else None,
+            ),
+            type="Opaque",
+            data={k: base64.b64encode(v).decode() for k, v in new.items()},
+        )  # fmt: skip
+        try:
+            if secret is None:
+                await core.create_namespaced_secret(namespace, body)
+            else:
+                await core.replace_namespaced_secret(name, namespace, body)
+        except ApiException as e:
+            if e.status == 409:  # another replica wrote it first: use theirs
+                continue
+            raise
+        log.info("%s Secret %s/%s", "wrote" if secret is None else "renewed", namespace, name)
+        return new
+    raise RuntimeError(f"Secret {namespace}/{name} kept changing under us")
+
+
+async def publish_configmap(api: client.ApiClient, namespace: str, name: str,
+                            data: dict[str, str]) -> None:  # fmt: skip
+    """ConfigMap ``namespace/name`` holds ``data`` (created, or updated when it differs)."""
+    core = client.CoreV1Api(api)
+    body = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=name, namespace=namespace,
+                                     labels={"app.kubernetes.io/managed-by": "snapshot"}),
+        data=data,
+    )  # fmt: skip
+    for _ in range(ATTEMPTS):
+        try:
+            current = await core.read_namespaced_config_map(name, namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            try:
+                await core.create_namespaced_config_map(namespace, body)
+            except ApiException as e2:
+                if e2.status == 409:
+                    continue
+                raise
+            log.info("published ConfigMap %s/%s", namespace, name)
+            return
+        if current.data == data:
+            return
+        await core.patch_namespaced_config_map(name, namespace, {"data": data})
+        log.info("updated ConfigMap %s/%s", namespace, name)
+        return
+    raise RuntimeError(f"ConfigMap {namespace}/{name} kept changing under us")
