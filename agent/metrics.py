@@ -6,7 +6,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from kubeclient.metrics_server import serve_metrics
 
-
 RESTORE_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 8, 13, 20, 30, 60, 120, 300)
 
 
