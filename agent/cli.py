@@ -115,6 +115,23 @@ def _parser() -> argparse.ArgumentParser:
                         "kubelet root, containerd's state and root): refused at once, with the "
                         "mount named, when it is on a private mount")  # fmt: skip
     _oci_args(n)
+
+    u = sub.add_parser("uninstall-node", help="take off a host what install-node put "
+                       "there (the runtime table, the shim, its keys)")  # fmt: skip
+    u.add_argument("--host-root", type=Path, required=True, help="where the host's / is mounted")
+    u.add_argument("--prefix", type=Path, default=Path("/opt/snapshot"))
+    u.add_argument("--bin-dir", type=Path, default=Path("/usr/local/bin"))
+    u.add_argument("--containerd-config", type=Path, default=Path("/etc/containerd/config.toml"))
+    u.add_argument("--purge-store", type=Path, metavar="STORE",
+                   help="also delete this artifact store (every artifact on the node)")  # fmt: skip
+    u.add_argument(
+        "--restart-containerd",
+        dest="restart_command",
+        action="store_const",
+        const=DEFAULT_RESTART,
+        help=f"run '{DEFAULT_RESTART}' when the config changed",
+    )
+    u.add_argument("--restart-command", metavar="CMD")
     return p
 
 
@@ -237,19 +254,38 @@ def cmd_install_node(args: argparse.Namespace) -> int:
     if res.config_changed:
         pending.touch()
     if pending.exists() and args.restart_command:
-        # containers keep running across a containerd restart (their shims outlive it)
-        p = subprocess.run(["sh", "-c", args.restart_command], capture_output=True, text=True)
-        if p.returncode != 0:
-            raise SnapshotError(f"restarting containerd ({args.restart_command!r}) failed "
-                                f"({p.returncode}): {p.stderr.strip()}")  # fmt: skip
+        _restart(args.restart_command)
         pending.unlink()
-        print(f"containerd restarted ({args.restart_command})")
     elif pending.exists():
         print("restart containerd to load the snapshot runtime")
     return 0
 
 
-COMMANDS = {"run": cmd_run, "install-node": cmd_install_node}
+def cmd_uninstall_node(args: argparse.Namespace) -> int:
+    from .uninstall import uninstall
+
+    res = uninstall(args.host_root, args.prefix, args.containerd_config, args.bin_dir,
+                    args.purge_store)  # fmt: skip
+    print("removed: " + (", ".join(str(p) for p in res.removed) or "nothing"))
+    print(f"containerd config {'updated' if res.config_changed else 'unchanged'}")
+    if res.config_changed and args.restart_command:
+        _restart(args.restart_command)
+    elif res.config_changed:
+        print("restart containerd to unload the snapshot runtime")
+    return 0
+
+
+def _restart(command: str) -> None:
+    # containers keep running across a containerd restart (their shims outlive it)
+    p = subprocess.run(["sh", "-c", command], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SnapshotError(f"restarting containerd ({command!r}) failed "
+                            f"({p.returncode}): {p.stderr.strip()}")  # fmt: skip
+    print(f"containerd restarted ({command})")
+
+
+COMMANDS = {"run": cmd_run, "install-node": cmd_install_node,
+            "uninstall-node": cmd_uninstall_node}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

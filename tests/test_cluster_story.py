@@ -185,6 +185,39 @@ def test_3_deployment_replicas_restore_with_the_source_state(story):
         assert "RestoreSucceeded" in describe and "criu" in describe, describe
 
 
+def test_3b_helm_upgrade_keeps_the_key_and_an_earlier_artifact_still_restores(story):
+    """Operations issue: the chart rendered the signing key and the CAs (a GitOps sync, or a
+    helm template, made new ones). Now the components keep them in Secrets of their own: a
+    helm upgrade that restarts every component leaves the key, the CAs and the webhook's
+    caBundle as they were, and a replica started after it restores the artifact made before."""
+
+    def kept() -> tuple[str, str, str]:
+        secret = json.loads(story.kubectl("-n", SYSTEM, "get", "secret",
+                                          f"{RELEASE}-signing", "-o", "json"))  # fmt: skip
+        cm = json.loads(story.kubectl("-n", SYSTEM, "get", "configmap", f"{RELEASE}-signer-ca",
+                                      "-o", "json"))  # fmt: skip
+        mwc = json.loads(story.kubectl("get", "mutatingwebhookconfiguration",
+                                       f"{RELEASE}-webhook", "-o", "json"))  # fmt: skip
+        return (secret["data"]["private.pem"], cm["data"]["ca.crt"],
+                mwc["webhooks"][0]["clientConfig"]["caBundle"])  # fmt: skip
+
+    before = kept()
+    story.helm("upgrade", RELEASE, str(chart.CHART), "-n", SYSTEM, "--reuse-values",
+               "--set", "webhook.timeoutSeconds=9", "--wait", "--timeout", "5m")  # fmt: skip
+    for kind in ("deployment/" + f"{RELEASE}-{c}" for c in ("signer", "webhook", "controller")):
+        story.kubectl("-n", SYSTEM, "rollout", "restart", kind)
+        story.kubectl("-n", SYSTEM, "rollout", "status", kind, "--timeout=180s")
+    assert kept() == before
+    story.kubectl("-n", NS, "scale", "deployment/cpu-demo", "--replicas=3")
+    story.kubectl("-n", NS, "rollout", "status", "deployment/cpu-demo", "--timeout=180s")
+    pods = wait_for("the agent's report on the third replica", lambda: [
+        p for p in story.pods(REPLICAS) if story.restored(p)] if len(
+        [p for p in story.pods(REPLICAS) if story.restored(p)]) == 3 else [])  # fmt: skip
+    assert {story.restored(p)["reason"] for p in pods} == {"RestoreSucceeded"}
+    story.kubectl("-n", NS, "scale", "deployment/cpu-demo", "--replicas=2")
+    wait_for("the third replica gone", lambda: len(story.pods(REPLICAS)) == 2, 120)
+
+
 def test_4_exec_probe_and_a_killed_container_restarts_cold(story):
     p = story.pods(REPLICAS)[0]
     name, ip = p["metadata"]["name"], p["status"]["podIP"]

@@ -122,6 +122,53 @@ def test_install_into_a_host_root(tmp_path):
     assert 'SNAPSHOT_SIGNING_REQUIRED="false"' in again.shim.read_text()
 
 
+def test_uninstall_leaves_the_node_as_it_was(tmp_path):
+    """Operations issue: helm uninstall left /opt/snapshot, the wrapper and the runtime table
+    on every node. `snapshot-agent uninstall-node` takes off exactly what install-node put
+    there (the admin's own lines after our table stay), the store only when asked."""
+    host, config = host_with_config(tmp_path)
+    packages = tmp_path / "site"
+    packages.mkdir()
+    store = host / "var/lib/snapshot/artifacts/ns/a"
+    store.mkdir(parents=True)
+    inst.install(host, packages=packages, node=NodeConfig(signing_required=False))
+    config.write_text(config.read_text() + '\n[plugins."admin.later"]\n  kept = true\n')
+    edited = config.read_text()
+
+    cli = [sys.executable, "-m", "agent.cli", "uninstall-node", f"--host-root={host}"]
+    p = subprocess.run(cli, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "containerd config updated" in p.stdout and "restart containerd" in p.stdout
+    assert tomllib.loads(config.read_text()) == tomllib.loads(
+        edited.replace(inst.runtime_table(2), ""))  # fmt: skip
+    assert "snapshot" not in config.read_text().split("admin.later")[0].split("runtimes")[-1]
+    assert not (host / "opt/snapshot").exists()
+    assert not (host / "usr/local/bin/containerd-shim-snapshot-v2").exists()
+    assert store.exists(), "artifacts are data: kept unless --purge-store"
+    again = subprocess.run(cli, capture_output=True, text=True)
+    assert again.returncode == 0 and "removed: nothing" in again.stdout
+    assert "config unchanged" in again.stdout
+    p = subprocess.run([*cli, "--purge-store=/var/lib/snapshot/artifacts"], capture_output=True,
+                       text=True)  # fmt: skip
+    assert p.returncode == 0 and not store.exists()
+
+
+def test_uninstall_refuses_what_is_not_ours(tmp_path):
+    host, config = host_with_config(tmp_path)
+    (tmp_path / "site").mkdir()
+    inst.install(host, packages=tmp_path / "site", node=NodeConfig(signing_required=False))
+    config.write_text(
+        config.read_text().replace(
+            'runtime_type = "io.containerd.snapshot.v2"', 'runtime_type = "io.containerd.runc.v2"'
+        )
+    )
+    p = subprocess.run([sys.executable, "-m", "agent.cli", "uninstall-node",
+                        f"--host-root={host}"], capture_output=True, text=True)  # fmt: skip
+    assert p.returncode == 1 and "was edited since install-node added it" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert (host / "opt/snapshot").exists(), "nothing removed before the config's problem"
+
+
 def test_a_failed_containerd_restart_is_retried_by_the_next_run(tmp_path, monkeypatch):
     """The init container fails when the restart fails, and runs again; by then the config is
     already registered, yet containerd has not loaded it: the second run must restart it."""
