@@ -13,6 +13,10 @@ in this node's containerd 2.x config and restarts containerd. Then:
    clear failure under ``strict``;
 5. deleting the PodSnapshot deletes the artifact; ``helm uninstall`` leaves containerd working.
 
+Between 3 and 4: every component's /metrics, scraped through the API server, carries what
+the chart's alerts read, and ``helm upgrade`` keeps the key and the CAs; after 5,
+``snapshot-agent uninstall-node`` leaves the node as it was.
+
 Under ``make cluster-smoke`` (SNAPSHOT_WRITE_RESULTS=1) the figures go to
 bench/results/cluster-smoke.json, which it then prints."""
 
@@ -21,6 +25,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -218,6 +224,34 @@ def test_3b_helm_upgrade_keeps_the_key_and_an_earlier_artifact_still_restores(st
     wait_for("the third replica gone", lambda: len(story.pods(REPLICAS)) == 2, 120)
 
 
+def test_3c_every_component_exports_what_the_alerts_read(story):
+    """Operations issue: the alerts' expressions checked against the metrics the running
+    components serve (scraped through the API server's pod proxy, as Prometheus would reach
+    them), after a restore was reported."""
+    from tests.chart.test_alerts import alert_reads, families, unknown
+
+    ports = {"agent": "9400", "controller": "9401", "webhook": "https:8443",
+             "signer": "https:8443"}  # fmt: skip
+    scraped: dict[str, set[str]] = {}
+    for component, port in ports.items():
+        pods = json.loads(story.kubectl("-n", SYSTEM, "get", "pods", "-l",
+                                        f"app.kubernetes.io/component={component}",
+                                        "-o", "json"))["items"]  # fmt: skip
+        name = pods[0]["metadata"]["name"]
+        scheme, _, number = port.rpartition(":")
+        target = f"{scheme}:{name}:{number}" if scheme else f"{name}:{number}"
+        text = story.kubectl(
+            "get", "--raw", f"/api/v1/namespaces/{SYSTEM}/pods/{target}/proxy/metrics"
+        )
+        found = families(text)
+        assert any(n.startswith(f"snapshot_{component}_") for n in found), (component, text)
+        for metric, labels in found.items():
+            scraped.setdefault(metric, set()).update(labels)
+    assert "snapshot_agent_restore_seconds_bucket" in scraped, "the restores were timed"
+    objs = chart.render(set_values={"metrics.prometheusRule": "true"})
+    assert unknown(alert_reads(objs), scraped) == []
+
+
 def test_4_exec_probe_and_a_killed_container_restarts_cold(story):
     p = story.pods(REPLICAS)[0]
     name, ip = p["metadata"]["name"], p["status"]["podIP"]
@@ -299,6 +333,21 @@ def test_6_deleting_the_podsnapshot_deletes_the_artifact_and_uninstall_keeps_con
     wait_for("the artifact's removal", lambda: not art.exists(), 60)
 
     story.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", "--timeout", "3m")
+    # what the chart's installer put on the node comes off with uninstall-node (the docs'
+    # last step), which restarts containerd
+    values = story.c.chart_values()["agent"]
+    config = Path(values["containerdConfig"])
+    assert "runtime handler 'snapshot'" in config.read_text()
+    p = subprocess.run([sys.executable, "-m", "agent.cli", "uninstall-node", "--host-root=/",
+                        f"--prefix={values['shimPrefix']}", f"--bin-dir={values['shimBinDir']}",
+                        f"--containerd-config={config}",
+                        f"--restart-command={values['containerdRestartCommand']}"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "containerd restarted" in p.stdout, p.stdout
+    assert "snapshot" not in json.loads(story.cri().run("info").stdout)["config"]["containerd"][
+        "runtimes"]  # fmt: skip
+    assert not Path(values["shimPrefix"]).exists()
     # the node's containerd still runs pods (under runc: the RuntimeClass went with the chart)
     story.apply_example(
         "deployment",

@@ -14,6 +14,8 @@
 #   SHIM_ONLY=1 SHIM_FLAGS="--quiesce vllm" bash bench/gpu/run-sizes.sh 1.3b
 #       # the worker quiesced and woken through vLLM's sleep-mode API (the vllm engine
 #       # profile: no handshake, no adapter); the restore report times the wake
+#   SHIM_ONLY=1 SHIM_TIMEOUT=560 bash bench/gpu/run-sizes.sh 18b
+#       # the curve's largest point (18.1 B parameters), alone in a call
 #   TAG=vllm-2 SHIM_ONLY=1 SHIM_FLAGS="--quiesce vllm --engines 2" bash bench/gpu/run-sizes.sh 1.3b
 #       # TAG names the results (gpu-shim-proof-1.3b-vllm-2.json), so runs of one size can
 #       # share a call; LOGS (default $OUT) is where the log archives go
@@ -53,6 +55,9 @@ for size in "$@"; do
     0.35b) model=(--layers 24 --width 1024 --heads 16) ;;
     1.3b) model=(--layers 24 --width 2048 --heads 16) ;;
     6.65b) model=(--layers 32 --width 4096 --heads 32) ;;
+    # about the largest whose artifact (36 GB of weights; the KV cache is freed at the
+    # quiesce) fits the GPU machine's 64 GiB of disk beside everything else
+    18b) model=(--layers 40 --width 6144 --heads 48) ;;
     *) echo "unknown size $size" >&2; exit 2 ;;
   esac
   tag="$size${TAG:+-$TAG}"
