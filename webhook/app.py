@@ -50,7 +50,10 @@ class Metrics:
 
 
 def create_app(
-    lookup: LookupFn, runtime_class: str = mutate.DEFAULT_RUNTIME_CLASS, ready: bool = True
+    lookup: LookupFn,
+    runtime_class: str = mutate.DEFAULT_RUNTIME_CLASS,
+    ready: bool = True,
+    pin_to_source: bool = False,
 ) -> FastAPI:
     app = FastAPI(title="snapshot-webhook", docs_url=None, redoc_url=None, openapi_url=None)
     metrics = Metrics()
@@ -87,7 +90,7 @@ def create_app(
             return JSONResponse({"error": message[:2000]}, status_code=400)
         req = rev.request
         try:
-            decision = await _decide(req, lookup, runtime_class, metrics)
+            decision = await _decide(req, lookup, runtime_class, metrics, pin_to_source)
         except Exception as e:  # a bug here must not block pod creation cluster-wide
             log.exception("admission %s failed", req.uid)
             decision = _on_error(req, e)
@@ -123,7 +126,11 @@ async def _read_bounded(request: Request) -> bytes:
 
 
 async def _decide(
-    req: review.AdmissionRequest, lookup: LookupFn, runtime_class: str, metrics: Metrics
+    req: review.AdmissionRequest,
+    lookup: LookupFn,
+    runtime_class: str,
+    metrics: Metrics,
+    pin_to_source: bool = False,
 ) -> mutate.Decision:
     if req.kind.kind != "Pod" or req.object is None:
         return mutate.Decision(allowed=True)
@@ -139,7 +146,7 @@ async def _decide(
             type(found), "unavailable"
         )
         metrics.lookups.labels(outcome).inc()
-    return mutate.decide(req.object, req.namespace, found, runtime_class)
+    return mutate.decide(req.object, req.namespace, found, runtime_class, pin_to_source)
 
 
 def _on_error(req: review.AdmissionRequest, error: Exception) -> mutate.Decision:

@@ -60,6 +60,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "keep it below the webhook's timeoutSeconds (default 10)",
     )  # fmt: skip
     p.add_argument("--runtime-class", default=DEFAULT_RUNTIME_CLASS)
+    p.add_argument("--pin-to-source-node", action="store_true",
+                   help="artifacts stay on the node that made them (a node-local store): a "
+                        "restore pod may run on that node only")  # fmt: skip
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
     if not made(args) and not (args.tls_cert and args.tls_key):
@@ -115,7 +118,9 @@ async def serve(args: argparse.Namespace) -> None:
             keeper = asyncio.create_task(keep_ca_bundle(api, args.patch_ca_bundle, tls.ca_pem,
                                                         args.ca_bundle_recheck))  # fmt: skip
         app = create_app(
-            snapshot_lookup(kube.pod_snapshots(api), args.lookup_timeout), args.runtime_class
+            snapshot_lookup(kube.pod_snapshots(api), args.lookup_timeout),
+            args.runtime_class,
+            pin_to_source=args.pin_to_source_node,
         )
         try:
             await certs.serve_tls(app, args.host, args.port, cert, key, args.log_level)

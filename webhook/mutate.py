@@ -66,8 +66,10 @@ def decide(
     namespace: str,
     lookup: Lookup | None,
     runtime_class: str = DEFAULT_RUNTIME_CLASS,
+    pin_to_source: bool = False,
 ) -> Decision:
-    """The admission decision for pod; lookup is None when the pod names no PodSnapshot."""
+    """The admission decision for pod; lookup is None when the pod names no PodSnapshot.
+    ``pin_to_source``: artifacts stay on the node that made them (a node-local store)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     try:
         parsed = ann.RestoreAnnotations.parse(annotations)
@@ -94,7 +96,7 @@ def decide(
         )
 
     assert isinstance(lookup, Found)
-    mutated = mutate(pod, lookup.snapshot, policy, runtime_class)
+    mutated = mutate(pod, lookup.snapshot, policy, runtime_class, pin_to_source)
     ours = mutated["metadata"]["annotations"]
     foreign = {k: v for k, v in user_internal.items() if ours.get(k) != v}
     if foreign:
@@ -144,9 +146,15 @@ def _failed_reason(snap: PodSnapshot) -> str:
 
 
 def mutate(
-    pod: dict[str, Any], snap: PodSnapshot, policy: ann.RestorePolicy, runtime_class: str
+    pod: dict[str, Any],
+    snap: PodSnapshot,
+    policy: ann.RestorePolicy,
+    runtime_class: str,
+    pin_to_source: bool = False,
 ) -> dict[str, Any]:
-    """A copy of pod that restores snap: the fixed point, so mutate(mutate(p)) == mutate(p)."""
+    """A copy of pod that restores snap: the fixed point, so mutate(mutate(p)) == mutate(p).
+    ``pin_to_source``: only the node that made the artifact has it (a node-local store), so
+    the pod may run there only, whatever the compatibility check says."""
     assert snap.status.artifact is not None and snap.container is not None
     out = copy.deepcopy(pod)
     meta = out.setdefault("metadata", {})
@@ -163,6 +171,8 @@ def mutate(
     skip = meta["annotations"].get(ann.SKIP_COMPAT_CHECK, "").lower() == "true"
     if not skip:
         _require_node_labels(spec, node_requirements(snap))
+    if pin_to_source and snap.node_name:
+        _require_node_field(spec, "metadata.name", snap.node_name)
 
     add_control_dir(spec, snap.container)
     return out
@@ -192,8 +202,17 @@ def label_value(text: str) -> str:
 def _require_node_labels(spec: dict[str, Any], labels: dict[str, str]) -> None:
     """ANDs `label In [value]` into every required node selector term (terms are ORed, so each
     one must carry the requirement), creating a term when there is none."""
-    if not labels:
-        return
+    for key, value in labels.items():
+        _require(spec, "matchExpressions", key, value)
+
+
+def _require_node_field(spec: dict[str, Any], field: str, value: str) -> None:
+    """The same for a node field (``metadata.name``: one node, as the DaemonSet controller
+    pins its pods; its hostname label may differ from its name)."""
+    _require(spec, "matchFields", field, value)
+
+
+def _require(spec: dict[str, Any], kind: str, key: str, value: str) -> None:
     required = (
         spec.setdefault("affinity", {})
         .setdefault("nodeAffinity", {})
@@ -201,10 +220,9 @@ def _require_node_labels(spec: dict[str, Any], labels: dict[str, str]) -> None:
     )
     terms = required.setdefault("nodeSelectorTerms", [])
     if not terms:
-        terms.append({"matchExpressions": []})
+        terms.append({})
     for term in terms:
-        exprs = term.setdefault("matchExpressions", [])
-        for key, value in labels.items():
-            wanted = {"key": key, "operator": "In", "values": [value]}
-            if wanted not in exprs:
-                exprs.append(wanted)
+        exprs = term.setdefault(kind, [])
+        wanted = {"key": key, "operator": "In", "values": [value]}
+        if wanted not in exprs:
+            exprs.append(wanted)

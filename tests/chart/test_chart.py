@@ -115,6 +115,18 @@ def test_defaults_are_secure():
     assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "snapshot-signer"
 
 
+@pytest.mark.parametrize(
+    ("values", "pinned"),
+    [({}, True), ({"storage.shared": "true"}, False),
+     ({"storage.type": "oci", "storage.oci.repository": "oci://reg.test/snaps"}, False)],
+)  # fmt: skip
+def test_restores_are_pinned_to_the_source_node_only_with_a_node_local_store(values, pinned):
+    k = by_kind(chart.render(set_values=values))
+    webhook = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith("-webhook"))
+    args = webhook["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert ("--pin-to-source-node" in args) is pinned
+
+
 def test_helm_template_is_byte_identical_run_after_run():
     """Operations issue: helm template (what Argo CD and Flux render with, where lookup finds
     nothing) made a new signing key, webhook CA and signer certificate on every run, so

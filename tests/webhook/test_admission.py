@@ -291,6 +291,28 @@ def test_api_server_stores_the_mutated_pod(registered):
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"][0]["matchExpressions"]
     assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H200"]} in exprs
+    # shared or OCI storage (this webhook has no --pin-to-source-node): any compatible node
+    assert "matchFields" not in stored["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]  # fmt: skip
+
+
+def test_a_node_local_store_pins_the_restore_to_the_source_node(cluster, tmp_path):
+    """Nodes issue: with the default hostPath store only the source's node has the artifact,
+    yet restore pods were scheduled anywhere compatible and cold-started there. With
+    --pin-to-source-node (the chart's default for a store that is not shared) the pod must
+    run on the node the PodSnapshot records (by name: a node's hostname label may differ),
+    and the API server accepts the pod so pinned."""
+    with webhook_process(tmp_path, cluster.kubeconfig, "--pin-to-source-node") as pinned:
+        resp = post(pinned, review(pod()))["response"]
+    patched = jsonpatch.apply_patch(pod(), json.loads(base64.b64decode(resp["patch"])))
+    (term,) = patched["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+    assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]
+    assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H200"]} in term[
+        "matchExpressions"]  # fmt: skip
+    with cluster.client() as c:
+        r = c.post(f"/api/v1/namespaces/{NS}/pods", params={"dryRun": "All"}, json=patched)
+    assert r.status_code == 201, r.text
 
 
 def test_api_server_passes_on_the_fallback_warning(registered):

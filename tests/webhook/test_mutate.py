@@ -126,6 +126,29 @@ def test_skip_compat_check_adds_no_affinity():
     assert out["spec"]["runtimeClassName"] == "snapshot"
 
 
+def test_pinning_to_the_source_node_holds_even_without_the_compatibility_check():
+    """A node-local store: the artifact is on the source's node only. The pin goes into
+    every required term, survives skip-compat (it is about where the bytes are, not about
+    compatibility), and is a fixed point."""
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+        ]}}}  # fmt: skip
+    pin = [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]
+    for p in (pod(affinity=affinity), pod({ann.SKIP_COMPAT_CHECK: "true"})):
+        d = decide(p, "default", Found(snapshot()), pin_to_source=True)
+        out = jsonpatch.apply_patch(p, d.patch)
+        terms = out["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+        assert all(t["matchFields"] == pin for t in terms)
+        again = decide(out, "default", Found(snapshot()), pin_to_source=True)
+        assert again.patch == [], "mutate(mutate(p)) == mutate(p)"
+    out, _ = admitted(pod(), Found(snapshot()))  # shared or OCI storage: not pinned
+    assert not any("matchFields" in t for t in out["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"])  # fmt: skip
+
+
 def test_cpu_snapshot_pins_only_the_architecture():
     out, _ = admitted(pod(), Found(snapshot(gpus=False)))
     (term,) = out["spec"]["affinity"]["nodeAffinity"][
