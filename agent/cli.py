@@ -109,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--fill-ledger", type=switch, default=True, metavar="BOOL",
                    help="restores skip hashing memory-file chunks this node already verified, "
                         "on a local store (default true)")  # fmt: skip
+    n.add_argument("--runtime-binary", default="runc", metavar="NAME_OR_PATH",
+                   help="the runc-compatible runtime the shim runs (containerd's BinaryName), "
+                        "e.g. nvidia-container-runtime on GPU Operator nodes")  # fmt: skip
     n.add_argument("--host-to-container", action="append", default=[], type=Path,
                    metavar="HOST_PATH",
                    help="a host path the agent mounts with HostToContainer propagation (the "
@@ -237,8 +240,8 @@ def cmd_install_node(args: argparse.Namespace) -> int:
 
     check_host_mounts(args.host_to_container)
     node = _oci_node(args, store_root=args.store, signing_required=args.signing_required,
-                     fill_threads=args.fill_threads or None,
-                     fill_ledger=args.fill_ledger)  # fmt: skip
+                     fill_threads=args.fill_threads or None, fill_ledger=args.fill_ledger,
+                     runc_binary=args.runtime_binary)  # fmt: skip
     verify_key = args.verify_key
     if signer := _remote_signer(args):
         verify_key = Path(tempfile.mkdtemp()) / "verify.pem"

@@ -93,7 +93,11 @@ def shim_command(prefix: Path, python: str) -> list[str]:
 
 
 def wrapper(prefix: Path, python: str, node: NodeConfig) -> str:
-    env = "".join(f'export {k}="{v}"\n' for k, v in sorted(node.to_env().items()))
+    settings = node.to_env()
+    for k, v in settings.items():  # written between double quotes into a shell script
+        if any(c in v for c in '"$`\\\n'):
+            raise SnapshotError(f'{k}={v!r}: a node setting may not hold ", $, `, \\ or a newline')
+    env = "".join(f'export {k}="{v}"\n' for k, v in sorted(settings.items()))
     exe, flag, boot = shim_command(prefix, python)
     return (
         "#!/bin/sh\n"

@@ -24,6 +24,7 @@ FILL_LEDGER_ENV = "SNAPSHOT_FILL_LEDGER"
 DEFAULT_CACHE_MAX_BYTES = 200 * 1024**3
 STATE_DIR_ENV = "SNAPSHOT_SHIM_STATE_DIR"
 RUNC_ROOT_ENV = "SNAPSHOT_RUNC_ROOT"
+RUNC_BINARY_ENV = "SNAPSHOT_RUNC_BINARY"
 
 
 def switch(value: str) -> bool:
@@ -58,6 +59,10 @@ class NodeConfig:
     #: root of runc's state, one directory per containerd namespace below it
     state_dir: Path = CONTAINERD_STATE
     runc_root: Path = RUNC_ROOT_BASE
+    #: the OCI runtime the shim runs for create, start, exec and restore: runc, or a
+    #: runc-compatible wrapper such as the NVIDIA container toolkit's
+    #: ``nvidia-container-runtime`` (what containerd's runc shim calls ``BinaryName``)
+    runc_binary: str = "runc"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> NodeConfig:
@@ -77,6 +82,7 @@ class NodeConfig:
             fill_ledger=switch(env.get(FILL_LEDGER_ENV, "true")),
             state_dir=Path(env.get(STATE_DIR_ENV) or CONTAINERD_STATE),
             runc_root=Path(env.get(RUNC_ROOT_ENV) or RUNC_ROOT_BASE),
+            runc_binary=env.get(RUNC_BINARY_ENV) or "runc",
         )
 
     def to_env(self) -> dict[str, str]:
@@ -99,6 +105,8 @@ class NodeConfig:
             env[STATE_DIR_ENV] = str(self.state_dir)
         if self.runc_root != RUNC_ROOT_BASE:
             env[RUNC_ROOT_ENV] = str(self.runc_root)
+        if self.runc_binary != "runc":
+            env[RUNC_BINARY_ENV] = self.runc_binary
         return env
 
     @property

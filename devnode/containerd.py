@@ -67,6 +67,8 @@ class Containerd:
     #: registers the snapshot runtime in the written config (containerd 2.x), as the node
     #: installer does on a real node, instead of devnode's own table
     installer: Callable[[Path], None] | None = None
+    #: node settings beside the defaults below (e.g. ``runc_binary``), as an admin sets them
+    node_settings: dict = field(default_factory=dict)
 
     @property
     def address(self) -> str:
@@ -92,7 +94,7 @@ class Containerd:
     def node_config(self) -> NodeConfig:
         # OCI artifacts come from loopback registries, over plain HTTP
         return NodeConfig(store_root=self.store, verify_key_path=self.sign_key.with_name(
-            "public.pem"), oci_plain_http=("127.0.0.1",))  # fmt: skip
+            "public.pem"), oci_plain_http=("127.0.0.1",), **self.node_settings)  # fmt: skip
 
     @property
     def runc(self) -> str:

@@ -261,7 +261,12 @@ async def serve(args: argparse.Namespace, node: NodeConfig,
     ttrpc_address = os.environ.get("TTRPC_ADDRESS") or f"{args.address}.ttrpc"
     publisher = Publisher(ttrpc_address, args.namespace)
     publisher.start()
-    runc = Runc(root=node.runc_root / args.namespace, log_dir=workdir, runner=reaper)
+    runc = Runc(
+        root=node.runc_root / args.namespace,
+        binary=node.runc_binary,
+        log_dir=workdir,
+        runner=reaper,
+    )
     stop = asyncio.Event()
     # the node's settings, parsed once: every restore this shim serves uses them
     service = TaskService(runc, reaper, publisher, workdir, node, on_empty=stop.set)
