@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from kubeclient.metrics_server import serve_metrics
+from api.annotations import RestoreOutcome
+from kubeclient.metrics_server import serve_metrics, zeroed
 
 RESTORE_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 8, 13, 20, 30, 60, 120, 300)
 
@@ -12,10 +13,10 @@ RESTORE_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 8, 13, 20, 30, 60, 120, 300)
 class AgentMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self.checkpoints = Counter(
+        self.checkpoints = zeroed(Counter(
             "snapshot_agent_checkpoints", "Checkpoints, by result (captured, failed)",
             ["result"], registry=r,
-        )  # fmt: skip
+        ), "captured", "failed")  # fmt: skip
         self.checkpoint_seconds = Histogram(
             "snapshot_agent_checkpoint_seconds", "Checkpoint duration, handshake to artifact",
             buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600), registry=r,
@@ -23,10 +24,10 @@ class AgentMetrics:
         self.artifact_bytes = Counter(
             "snapshot_agent_artifact_bytes", "Bytes of artifacts written", registry=r
         )
-        self.pre_pulls = Counter(
+        self.pre_pulls = zeroed(Counter(
             "snapshot_agent_pre_pulls", "Artifacts pulled ahead of a restore, by result "
             "(pulled, failed)", ["result"], registry=r,
-        )  # fmt: skip
+        ), "pulled", "failed")  # fmt: skip
         self.recovered = Counter(
             "snapshot_agent_recovered", "Checkpoints found interrupted at the agent's start "
             "(it was killed mid-way) whose source was given back", registry=r,
@@ -36,18 +37,19 @@ class AgentMetrics:
             "(keepSourceRunning, or a failure after the commit) but did not wake again",
             registry=r,
         )  # fmt: skip
-        self.restores = Counter(
+        outcomes = [o.value for o in RestoreOutcome]
+        self.restores = zeroed(Counter(
             "snapshot_agent_restores_reported",
             "Restore outcomes reported on pods (restored, fell-back, failed)",
             ["outcome"], registry=r,
-        )  # fmt: skip
+        ), *outcomes)  # fmt: skip
 
-        self.restore_seconds = Histogram(
+        self.restore_seconds = zeroed(Histogram(
             "snapshot_agent_restore_seconds",
             "Restore duration as the shim reported it (start to serving, or to the fallback's "
             "decision), by outcome",
             ["outcome"], buckets=RESTORE_BUCKETS, registry=r,
-        )  # fmt: skip
+        ), *outcomes)  # fmt: skip
 
     def restored(self, outcome: str, seconds: float | None) -> None:
         self.restores.labels(outcome).inc()

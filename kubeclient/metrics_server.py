@@ -10,12 +10,23 @@ from __future__ import annotations
 import logging
 import threading
 from http.server import ThreadingHTTPServer
+from typing import TypeVar
 
-from prometheus_client import CollectorRegistry, MetricsHandler
+from prometheus_client import CollectorRegistry, Counter, Histogram, MetricsHandler
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", Counter, Histogram)
 MAX_CONNECTIONS = 16
 IDLE_TIMEOUT_S = 10.0
+
+
+def zeroed(metric: M, *values: str) -> M:
+    """``metric`` with a series for each of its known label values from the start: a series
+    that appears only at its first event has no rate before it, and an alert on it (or a
+    check that the labels exist) sees nothing until something has gone wrong once."""
+    for value in values:
+        metric.labels(value)
+    return metric
 
 
 class _HealthOrMetrics(MetricsHandler):

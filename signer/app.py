@@ -24,6 +24,7 @@ from api.signer import (
     SignRequest,
     SignResponse,
 )
+from kubeclient.metrics_server import zeroed
 from restore_runtime.artifact import signing
 
 from . import policy
@@ -47,9 +48,10 @@ def create_app(key: Ed25519PrivateKey, authenticate: Authenticate, get_snapshot:
     public keys (PEM) served after the key's own, for what they signed before a rotation."""
     app = FastAPI(title="snapshot-signer", docs_url=None, redoc_url=None, openapi_url=None)
     registry = CollectorRegistry()
-    answers = Counter("snapshot_signer_requests", "Signature requests, by result (signed, "
-                      "refused, unauthenticated, malformed, unavailable)", ["result"],
-                      registry=registry)  # fmt: skip
+    results = ("signed", "refused", "unauthenticated", "malformed", "unavailable")
+    answers = zeroed(Counter("snapshot_signer_requests", "Signature requests, by result "
+                             f"({', '.join(results)})", ["result"], registry=registry),
+                     *results)  # fmt: skip
     reviews = Counter("snapshot_signer_token_reviews", "TokenReviews asked of the API server "
                       "(tokens not made for the signer, and repeats, are answered without one)",
                       registry=registry)  # fmt: skip

@@ -20,6 +20,7 @@ from prometheus_client import (
 from pydantic import ValidationError
 
 from api import annotations as ann
+from kubeclient.metrics_server import zeroed
 from webhook import mutate, review
 from webhook.lookup import LookupFn
 
@@ -29,24 +30,24 @@ log = logging.getLogger("snapshot.webhook")
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.admissions = Counter(
+        self.admissions = zeroed(Counter(
             "snapshot_webhook_admissions",
             "Admission reviews answered, by result (unchanged, mutated, fell-back, denied, "
             "malformed, error)",
             ["result"],
             registry=self.registry,
-        )
+        ), "unchanged", "mutated", "fell-back", "denied", "malformed", "error")  # fmt: skip
         self.latency = Histogram(
             "snapshot_webhook_admission_seconds",
             "Time to answer an admission review, including the PodSnapshot lookup",
             registry=self.registry,
         )
-        self.lookups = Counter(
+        self.lookups = zeroed(Counter(
             "snapshot_webhook_snapshot_lookups",
             "PodSnapshot lookups, by outcome (found, not-found, unavailable)",
             ["outcome"],
             registry=self.registry,
-        )
+        ), "found", "not-found", "unavailable")  # fmt: skip
 
 
 def create_app(
