@@ -341,7 +341,8 @@ def test_6_deleting_the_podsnapshot_deletes_the_artifact_and_uninstall_keeps_con
     p = subprocess.run([sys.executable, "-m", "agent.cli", "uninstall-node", "--host-root=/",
                         f"--prefix={values['shimPrefix']}", f"--bin-dir={values['shimBinDir']}",
                         f"--containerd-config={config}",
-                        f"--restart-command={values['containerdRestartCommand']}"],
+                        # the chart's command, from the host (not a container's /host)
+                        f"--restart-command=kill $(cat {story.c.node.base}/containerd.pid)"],
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert "containerd restarted" in p.stdout, p.stdout
