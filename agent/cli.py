@@ -70,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="of those, at most this many of one namespace (the rest wait)")  # fmt: skip
     a.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
     a.add_argument("--metrics-port", type=int, default=9400, help="Prometheus /metrics; 0: off")
+    a.add_argument("--daemonset", metavar="NAMESPACE/NAME",
+                   help="the agent's DaemonSet: label the node snapshot.nvidia.com/ready=true "
+                        "while it runs, and take the label off when it stops because the "
+                        "DaemonSet is gone (uninstalled)")  # fmt: skip
 
     n = sub.add_parser("install-node", help="install the shim on a host, register it with "
                        "containerd (the agent's init container runs this)")  # fmt: skip
@@ -112,6 +116,9 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--runtime-binary", default="runc", metavar="NAME_OR_PATH",
                    help="the runc-compatible runtime the shim runs (containerd's BinaryName), "
                         "e.g. nvidia-container-runtime on GPU Operator nodes")  # fmt: skip
+    n.add_argument("--node", default=os.environ.get("NODE_NAME"),
+                   help="this node's name (default: $NODE_NAME): a failure is also an Event "
+                        "on it")  # fmt: skip
     n.add_argument("--host-to-container", action="append", default=[], type=Path,
                    metavar="HOST_PATH",
                    help="a host path the agent mounts with HostToContainer propagation (the "
@@ -212,6 +219,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kubeclient import api as kube
     from kubeclient.workqueue import run_per_object
 
+    from . import node_ready
     from .keys import keep_fresh
     from .loop import Agent
 
@@ -227,15 +235,41 @@ def cmd_run(args: argparse.Namespace) -> int:
             if cfg.signer is not None and args.verify_key_path is not None:
                 background.add(asyncio.create_task(
                     keep_fresh(cfg.signer, args.verify_key_path, args.key_refresh)))  # fmt: skip
+            if args.daemonset:
+                await node_ready.mark(api, cfg.node, True)
             log.info("agent for node %s, artifact store %s", cfg.node, cfg.store)
             await run_per_object(agent.reconcile_key, agent.watched(), args.resync,
                                  sanitize=api.sanitize_for_serialization)  # fmt: skip
+            if args.daemonset:  # stopped (SIGTERM): uninstalled, or only restarted?
+                namespace, _, name = args.daemonset.partition("/")
+                await node_ready.unmark_if_uninstalled(api, cfg.node, namespace, name)
 
     asyncio.run(run())
     return 0
 
 
 def cmd_install_node(args: argparse.Namespace) -> int:
+    try:
+        return _install_node(args)
+    except SnapshotError as e:
+        if args.node:  # the admin sees why on the node (kubectl describe node), not only here
+            asyncio.run(_node_event(args.node, "SnapshotNodeNotReady",
+                                    f"snapshot-agent install-node: {e}"))  # fmt: skip
+        raise
+
+
+async def _node_event(node: str, reason: str, message: str) -> None:
+    from kubeclient import api as kube
+
+    try:
+        async with await kube.api_client() as api:
+            obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
+            await kube.emit_event(api, obj, "Warning", reason, message, "snapshot-agent")
+    except Exception as e:  # best effort: the init container's own error says it too
+        log.warning("could not record the node's event: %s", e)
+
+
+def _install_node(args: argparse.Namespace) -> int:
     from .install import check_host_mounts, install
 
     check_host_mounts(args.host_to_container)

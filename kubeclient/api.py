@@ -213,17 +213,19 @@ async def emit_event(
     best effort: failing to record one is logged, never raised."""
     meta = obj["metadata"]
     now = datetime.now(UTC)
+    # a cluster-scoped object's (a Node's) Events live in "default", as the kubelet's do
+    where = meta.get("namespace") or "default"
     event = {
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": where},
         "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"],
-                           "name": meta["name"], "namespace": meta["namespace"],
+                           "name": meta["name"], "namespace": meta.get("namespace", ""),
                            "uid": meta.get("uid")},
         "type": type_, "reason": reason, "message": message[:1024],
         "source": {"component": component}, "reportingComponent": component,
         "firstTimestamp": now, "lastTimestamp": now, "count": 1,
     }  # fmt: skip
     try:
-        await client.CoreV1Api(api).create_namespaced_event(meta["namespace"], event)
+        await client.CoreV1Api(api).create_namespaced_event(where, event)
     except (ApiException, OSError) as e:
-        log.warning("could not record event %s on %s/%s: %s", reason, meta["namespace"],
-                    meta["name"], e)  # fmt: skip
+        log.warning("could not record event %s on %s/%s: %s", reason, where, meta["name"],
+                    e)  # fmt: skip

@@ -281,3 +281,72 @@ def test_the_controller_hands_a_podsnapshot_over_once_and_writes_nothing_of_the_
     r = controller.patch(f"{SNAPS}/done-ctl/status", headers=MERGE,
                          json={"status": {"conditions": [pending]}})  # fmt: skip
     assert r.status_code == 403 and "is final" in r.json()["message"], r.text
+
+
+# ---- the node's readiness label (nodes issue) ------------------------------------------------
+
+READY = "snapshot.nvidia.com/ready"
+
+
+@pytest.fixture(scope="module")
+def nodes(agent_client):
+    admin = agent_client[0]
+    for name in ("node-a", "node-b"):
+        r = admin.post("/api/v1/nodes", json={"metadata": {"name": name,
+                                                           "labels": {"zone": "z1"}}})  # fmt: skip
+        assert r.status_code in (201, 409), r.text
+    yield admin
+    for name in ("node-a", "node-b"):
+        admin.delete(f"/api/v1/nodes/{name}")
+
+
+def label(client, node: str, labels: dict, annotations: dict | None = None):
+    meta: dict = {"labels": labels}
+    if annotations:
+        meta["annotations"] = annotations
+    return client.patch(f"/api/v1/nodes/{node}", json={"metadata": meta}, headers=STRATEGIC)
+
+
+def test_the_agent_labels_its_own_node_ready_and_nothing_else(agent_client, nodes):
+    """The agent's RBAC may patch nodes (to say its node runs restore pods); the agent-node
+    policy keeps that to one label, set to "true" or removed, on its own node. Refused: the
+    label on another node, another label, another value, an annotation."""
+    _, agent, _ = agent_client
+    r = label(agent, "node-a", {READY: "true"})
+    assert r.status_code == 200, r.text
+    assert nodes.get("/api/v1/nodes/node-a").json()["metadata"]["labels"][READY] == "true"
+    for node, labels, notes in (("node-b", {READY: "true"}, None),
+                                      ("node-a", {"zone": "z2"}, None),
+                                      ("node-a", {"nvidia.com/gpu.present": "true"}, None),
+                                      ("node-a", {READY: "yes"}, None),
+                                      ("node-a", {}, {"note": "x"})):  # fmt: skip
+        r = label(agent, node, labels, notes)
+        assert r.status_code == 403 and "may only set or remove the label" in r.text, (node, r.text)
+    assert nodes.get("/api/v1/nodes/node-a").json()["metadata"]["labels"] == {
+        "zone": "z1", READY: "true"}  # fmt: skip
+    r = label(agent, "node-a", {READY: None})
+    assert r.status_code == 200, r.text
+    assert READY not in nodes.get("/api/v1/nodes/node-a").json()["metadata"]["labels"]
+
+
+async def test_the_label_goes_only_when_the_agents_daemonset_is_gone(control_plane, nodes):
+    """agent/node_ready.py against a real API server: at the agent's stop the label stays
+    while its DaemonSet exists (a restart, a rolling update), and goes once it is deleted
+    (helm uninstall)."""
+    from agent import node_ready
+    from kubeclient import api as kube
+
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent-ds"},
+          "spec": {"selector": {"matchLabels": {"app": "a"}}, "template": {
+              "metadata": {"labels": {"app": "a"}},
+              "spec": {"containers": [{"name": "a", "image": "img:1"}]}}}}  # fmt: skip
+    path = f"/apis/apps/v1/namespaces/{SYSTEM}/daemonsets"
+    assert nodes.post(path, json=ds).status_code in (201, 409)
+    async with await kube.api_client(str(control_plane.kubeconfig)) as api:
+        await node_ready.mark(api, "node-b", True)
+        assert not await node_ready.unmark_if_uninstalled(api, "node-b", SYSTEM, "agent-ds")
+        assert nodes.get("/api/v1/nodes/node-b").json()["metadata"]["labels"][READY] == "true"
+        nodes.delete(f"{path}/agent-ds")
+        wait_until(lambda: nodes.get(f"{path}/agent-ds").status_code == 404, what="deleted")
+        assert await node_ready.unmark_if_uninstalled(api, "node-b", SYSTEM, "agent-ds")
+    assert READY not in nodes.get("/api/v1/nodes/node-b").json()["metadata"]["labels"]

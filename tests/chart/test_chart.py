@@ -113,6 +113,10 @@ def test_defaults_are_secure():
     assert "--verify-key-path=/opt/snapshot/keys/verify.pem" in spec["containers"][0]["args"]
     token = next(v for v in spec["volumes"] if v["name"] == "signer-token")
     assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "snapshot-signer"
+    # restore pods go only to nodes whose agent said the shim is there (nodes issue)
+    (rc,) = k["RuntimeClass"]
+    assert rc["scheduling"]["nodeSelector"] == {"snapshot.nvidia.com/ready": "true"}
+    assert "--daemonset=snapshot-system/snap-snapshot-agent" in spec["containers"][0]["args"]
 
 
 @pytest.mark.parametrize(
@@ -403,7 +407,11 @@ def test_signing_and_node_installation():
         "args"]  # fmt: skip
     assert "PodDisruptionBudget" not in k  # one replica of each: nothing to keep available
     (rc,) = k["RuntimeClass"]
-    assert rc["scheduling"]["nodeSelector"] == {"snapshot.nvidia.com/shim": "true"}
+    # helm merges maps: the admin's label comes beside the default readiness label
+    assert rc["scheduling"]["nodeSelector"] == {
+        "snapshot.nvidia.com/shim": "true",
+        "snapshot.nvidia.com/ready": "true",
+    }
 
     spec = by_kind(chart.render())["DaemonSet"][0]["spec"]["template"]["spec"]
     (init,) = spec["initContainers"]

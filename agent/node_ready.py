@@ -1,0 +1,42 @@
+"""Whether this node may run restore pods, said on the node itself: the label
+``snapshot.nvidia.com/ready=true``, which the chart's RuntimeClass selects
+(``scheduling.nodeSelector``), so the scheduler puts pods of the class only where the shim is
+installed. The agent sets it once its init container has installed and registered the shim
+(that container fails, with an Event on the node, when a prerequisite is missing; the agent
+never starts there). It is taken off when the agent stops because its DaemonSet is gone (helm
+uninstall), and kept across the agent's restarts and rolling updates, which leave the shim in
+place. The agent-node admission policy lets an agent write this label on its own node only."""
+
+from __future__ import annotations
+
+import logging
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+log = logging.getLogger("snapshot.agent")
+READY_LABEL = "snapshot.nvidia.com/ready"
+STRATEGIC = "application/strategic-merge-patch+json"
+
+
+async def mark(api: client.ApiClient, node: str, ready: bool) -> None:
+    """Set (``ready``) or remove the label on ``node``."""
+    body = {"metadata": {"labels": {READY_LABEL: "true" if ready else None}}}
+    await client.CoreV1Api(api).patch_node(node, body, _content_type=STRATEGIC)
+    log.info("node %s: label %s %s", node, READY_LABEL, "set" if ready else "removed")
+
+
+async def unmark_if_uninstalled(api: client.ApiClient, node: str, namespace: str,
+                                daemonset: str) -> bool:  # fmt: skip
+    """At the agent's stop: take the label off when the agent's DaemonSet is gone or being
+    deleted (an uninstall), not on a restart or a rolling update. True when taken off."""
+    try:
+        ds = await client.AppsV1Api(api).read_namespaced_daemon_set(daemonset, namespace)
+        gone = ds.metadata.deletion_timestamp is not None
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        gone = True
+    if gone:
+        await mark(api, node, False)
+    return gone
