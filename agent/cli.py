@@ -126,6 +126,9 @@ def _parser() -> argparse.ArgumentParser:
                         "mount named, when it is on a private mount")  # fmt: skip
     _oci_args(n)
 
+    sub.add_parser("unlabel-nodes", help="take the label snapshot.nvidia.com/ready off every "
+                   "node (the chart's pre-delete hook)")  # fmt: skip
+
     u = sub.add_parser("uninstall-node", help="take off a host what install-node put "
                        "there (the runtime table, the shim, its keys)")  # fmt: skip
     u.add_argument("--host-root", type=Path, required=True, help="where the host's / is mounted")
@@ -249,24 +252,35 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_install_node(args: argparse.Namespace) -> int:
+    from kubeclient.api import emit_event
+
+    from .node_ready import mark
+
+    node = args.node
+    if node:  # not ready while (re)installing: a label left by an earlier install goes
+        asyncio.run(_best_effort(f"take the readiness label off node {node}",
+                                 lambda api: mark(api, node, False)))  # fmt: skip
     try:
         return _install_node(args)
     except SnapshotError as e:
-        if args.node:  # the admin sees why on the node (kubectl describe node), not only here
-            asyncio.run(_node_event(args.node, "SnapshotNodeNotReady",
-                                    f"snapshot-agent install-node: {e}"))  # fmt: skip
+        if node:  # the admin sees why on the node (kubectl describe node), not only here
+            obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
+            why = f"snapshot-agent install-node: {e}"
+            asyncio.run(_best_effort("record the node's event", lambda api: emit_event(
+                api, obj, "Warning", "SnapshotNodeNotReady", why, "snapshot-agent")))  # fmt: skip
         raise
 
 
-async def _node_event(node: str, reason: str, message: str) -> None:
+async def _best_effort(what: str, call) -> None:
+    """``call(api)`` with the pod's API access; a failure is logged (a node set up by hand
+    has no API access, and the installer's own outcome is what counts)."""
     from kubeclient import api as kube
 
     try:
         async with await kube.api_client() as api:
-            obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
-            await kube.emit_event(api, obj, "Warning", reason, message, "snapshot-agent")
-    except Exception as e:  # best effort: the init container's own error says it too
-        log.warning("could not record the node's event: %s", e)
+            await call(api)
+    except Exception as e:
+        log.warning("could not %s: %s", what, e)
 
 
 def _install_node(args: argparse.Namespace) -> int:
@@ -298,6 +312,20 @@ def _install_node(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_unlabel_nodes(args: argparse.Namespace) -> int:
+    from kubeclient import api as kube
+
+    from .node_ready import unmark_all
+
+    async def run() -> list[str]:
+        async with await kube.api_client() as api:
+            return await unmark_all(api)
+
+    names = asyncio.run(run())
+    print(f"label removed from {len(names)} node(s): {', '.join(names) or '-'}")
+    return 0
+
+
 def cmd_uninstall_node(args: argparse.Namespace) -> int:
     from .uninstall import uninstall
 
@@ -322,7 +350,7 @@ def _restart(command: str) -> None:
 
 
 COMMANDS = {"run": cmd_run, "install-node": cmd_install_node,
-            "uninstall-node": cmd_uninstall_node}  # fmt: skip
+            "uninstall-node": cmd_uninstall_node, "unlabel-nodes": cmd_unlabel_nodes}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,11 @@ installed. The agent sets it once its init container has installed and registere
 (that container fails, with an Event on the node, when a prerequisite is missing; the agent
 never starts there). It is taken off when the agent stops because its DaemonSet is gone (helm
 uninstall), and kept across the agent's restarts and rolling updates, which leave the shim in
-place. The agent-node admission policy lets an agent write this label on its own node only."""
+place. The agent-node admission policy lets an agent write this label on its own node only.
+Because helm deletes the agent's RBAC beside its DaemonSet, the agent's own removal may come
+too late; the chart's pre-delete hook (``snapshot-agent unlabel-nodes``) removes the label
+from every node first, and an agent's installer removes it from its node before it starts,
+so a label never outlives the shim it stands for."""
 
 from __future__ import annotations
 
@@ -24,6 +28,16 @@ async def mark(api: client.ApiClient, node: str, ready: bool) -> None:
     body = {"metadata": {"labels": {READY_LABEL: "true" if ready else None}}}
     await client.CoreV1Api(api).patch_node(node, body, _content_type=STRATEGIC)
     log.info("node %s: label %s %s", node, READY_LABEL, "set" if ready else "removed")
+
+
+async def unmark_all(api: client.ApiClient) -> list[str]:
+    """Take the label off every node that has it (the chart's pre-delete hook); the nodes."""
+    core = client.CoreV1Api(api)
+    nodes = await core.list_node(label_selector=READY_LABEL)
+    names = [n.metadata.name for n in nodes.items]
+    for name in names:
+        await mark(api, name, False)
+    return names
 
 
 async def unmark_if_uninstalled(api: client.ApiClient, node: str, namespace: str,

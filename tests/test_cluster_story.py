@@ -136,6 +136,12 @@ def test_1_helm_install_registers_the_runtime_with_containerd2(story):
     ready = [p["metadata"]["name"] for p in pods
              if all(c["ready"] for c in p["status"].get("containerStatuses", []))]  # fmt: skip
     assert len(ready) == len(pods) == 6, pods  # webhook x2, controller x2, agent, signer
+    # the agent said its node runs restore pods; the RuntimeClass schedules them only there
+    labels = json.loads(story.kubectl("get", "node", cluster.NODE, "-o", "json"))["metadata"][
+        "labels"]  # fmt: skip
+    assert labels.get("snapshot.nvidia.com/ready") == "true", labels
+    rc = json.loads(story.kubectl("get", "runtimeclass", "snapshot", "-o", "json"))
+    assert rc["scheduling"]["nodeSelector"] == {"snapshot.nvidia.com/ready": "true"}
 
 
 def test_2_a_snapshotjob_makes_a_ready_podsnapshot(story):
@@ -333,6 +339,10 @@ def test_6_deleting_the_podsnapshot_deletes_the_artifact_and_uninstall_keeps_con
     wait_for("the artifact's removal", lambda: not art.exists(), 60)
 
     story.helm("uninstall", RELEASE, "-n", SYSTEM, "--wait", "--timeout", "3m")
+    # the chart's pre-delete hook took the readiness label off the node first
+    labels = json.loads(story.kubectl("get", "node", cluster.NODE, "-o", "json"))["metadata"][
+        "labels"]  # fmt: skip
+    assert "snapshot.nvidia.com/ready" not in labels, labels
     # what the chart's installer put on the node comes off with uninstall-node (the docs'
     # last step), which restarts containerd
     values = story.c.chart_values()["agent"]
