@@ -252,18 +252,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_install_node(args: argparse.Namespace) -> int:
-    from kubeclient.api import emit_event
-
-    from .node_ready import mark
-
-    node = args.node
+    node = args.node  # with it, the API: imported only then (a node set up by hand has none)
     if node:  # not ready while (re)installing: a label left by an earlier install goes
+        from .node_ready import mark
+
         asyncio.run(_best_effort(f"take the readiness label off node {node}",
                                  lambda api: mark(api, node, False)))  # fmt: skip
     try:
         return _install_node(args)
     except SnapshotError as e:
         if node:  # the admin sees why on the node (kubectl describe node), not only here
+            from kubeclient.api import emit_event
+
             obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
             why = f"snapshot-agent install-node: {e}"
             asyncio.run(_best_effort("record the node's event", lambda api: emit_event(

@@ -27,6 +27,29 @@ RUNC_ROOT_ENV = "SNAPSHOT_RUNC_ROOT"
 RUNC_BINARY_ENV = "SNAPSHOT_RUNC_BINARY"
 
 
+class NodeSettingError(ValueError):
+    """A node setting (an environment variable of the shim's wrapper) that does not parse:
+    names the variable and what it should be."""
+
+    def __init__(self, name: str, value: str, wanted: str) -> None:
+        super().__init__(f"node setting {name}={value!r}: {wanted}")
+        self.name = name
+
+
+def _number(env: Mapping[str, str], name: str, kind: type[int] | type[float], default):
+    value = env.get(name) or ""
+    if not value:
+        return default
+    try:
+        number = kind(value)
+    except ValueError:
+        wanted = "not an integer" if kind is int else "not a number"
+        raise NodeSettingError(name, value, wanted) from None
+    if number < 0:
+        raise NodeSettingError(name, value, "negative")
+    return number
+
+
 def switch(value: str) -> bool:
     """A node setting that is on unless it says ``false``, ``0`` or ``no`` (the environment's
     and the agent's flags alike)."""
@@ -69,15 +92,15 @@ class NodeConfig:
         env = os.environ if env is None else env
         key = env.get(VERIFY_KEY_ENV)
         auth = env.get(OCI_AUTH_FILE_ENV)
-        fill = int(env.get(FILL_THREADS_ENV) or 0)
+        fill = _number(env, FILL_THREADS_ENV, int, 0)
         return cls(
             store_root=Path(env.get(STORE_ROOT_ENV) or DEFAULT_STORE_ROOT),
             verify_key_path=Path(key) if key else None,
             signing_required=switch(env.get(SIGNING_REQUIRED_ENV, "true")),
             oci_plain_http=tuple(h for h in env.get(OCI_PLAIN_HTTP_ENV, "").split(",") if h),
             oci_auth_file=Path(auth) if auth else None,
-            oci_cache_max_bytes=int(env.get(OCI_CACHE_MAX_BYTES_ENV) or cls.oci_cache_max_bytes),
-            oci_pull_timeout_s=float(env.get(OCI_PULL_TIMEOUT_ENV) or cls.oci_pull_timeout_s),
+            oci_cache_max_bytes=_number(env, OCI_CACHE_MAX_BYTES_ENV, int, cls.oci_cache_max_bytes),
+            oci_pull_timeout_s=_number(env, OCI_PULL_TIMEOUT_ENV, float, cls.oci_pull_timeout_s),
             fill_threads=fill if fill > 0 else None,
             fill_ledger=switch(env.get(FILL_LEDGER_ENV, "true")),
             state_dir=Path(env.get(STATE_DIR_ENV) or CONTAINERD_STATE),

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from api.node import NodeConfig
+from api.node import NodeConfig, NodeSettingError
 
 from . import VERSION
 
@@ -327,14 +327,19 @@ def main(argv: list[str] | None = None) -> int:
     # engine's models load (10 ms of a restore's path): the shim uses none (set before
     # ``start`` forks its server, which inherits it)
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    try:
+        node = NodeConfig.from_env()
+    except NodeSettingError as e:  # containerd shows the shim's stderr: one line, no traceback
+        print(f"containerd-shim-snapshot-v2: {e}", file=sys.stderr)
+        return 1
     if args.action == "start":
-        return cmd_start(args, NodeConfig.from_env())
+        return cmd_start(args, node)
     if args.action == "delete":
-        return cmd_delete(args, NodeConfig.from_env())
+        return cmd_delete(args, node)
     if args.action == "serve":
         import asyncio
 
-        asyncio.run(serve(args, NodeConfig.from_env()))
+        asyncio.run(serve(args, node))
         return 0
     print(f"unknown action {args.action!r}", file=sys.stderr)
     return 2
