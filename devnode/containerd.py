@@ -127,7 +127,7 @@ class Containerd:
         self.start(import_images=False)
 
     def start(self, timeout: float = 30.0, import_images: bool = True) -> None:
-        for d in ("conf.d", "cni", "root", "state", "certs.d/_default", "store", "signing"):
+        for d in ("conf.d", "cni", "cdi", "root", "state", "certs.d/_default", "store", "signing"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
         claim(self.base)
         if not self.sign_key.exists():

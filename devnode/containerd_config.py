@@ -20,6 +20,9 @@ def cri_section(base: Path, with_snapshot: bool) -> str:
   sandbox_image = "{PAUSE_IMAGE}"
   # These VMs lack CAP_SYS_RESOURCE: a negative oom_score_adj cannot be written.
   restrict_oom_score_adj = true
+  # CDI devices, as GPU Operator nodes name GPUs (on by default in containerd 2.x)
+  enable_cdi = true
+  cdi_spec_dirs = ["{base}/cdi"]
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -74,6 +77,8 @@ state = "{base}/state"
 [plugins."io.containerd.cri.v1.runtime"]
   # These VMs lack CAP_SYS_RESOURCE: a negative oom_score_adj cannot be written.
   restrict_oom_score_adj = true
+  enable_cdi = true
+  cdi_spec_dirs = ["{base}/cdi"]
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]

@@ -55,9 +55,10 @@ class Crictl:
     def create(
         self, pod: str, pod_cfg: Path, name: str, image: str, command: list[str],
         mounts: tuple[tuple[str, str, bool], ...] = (), env: dict | None = None,
-        user: int | None = None,
+        user: int | None = None, annotations: dict | None = None,
     ) -> str:  # fmt: skip
-        """``user``: the container's uid (``runAsUser``; its gid is the same)."""
+        """``user``: the container's uid (``runAsUser``; its gid is the same);
+        ``annotations``: the container's (e.g. ``cdi.k8s.io/…`` asking for CDI devices)."""
         cfg = {
             "metadata": {"name": name},
             "image": {"image": image},
@@ -68,6 +69,7 @@ class Crictl:
                        for h, c, ro in mounts],
             "linux": {} if user is None else {"security_context": {
                 "run_as_user": {"value": user}, "run_as_group": {"value": user}}},
+            "annotations": annotations or {},
         }  # fmt: skip
         return self.run("create", pod, str(self._write(cfg)), str(pod_cfg)).stdout.strip()
 
