@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 import tomllib
@@ -140,12 +141,15 @@ def install(
     sign_key: Path | None = None,
     bin_dir: Path = Path("/usr/local/bin"),
     node: NodeConfig | None = None,
+    check_host: bool = True,
 ) -> InstallResult:
     """packages: the site-packages to copy (default: this environment's). The public key
     comes from ``verify_key``, or is derived from the private ``sign_key``. ``bin_dir``: a
     directory on containerd's PATH (where /usr is read-only, /opt/bin, say). ``node``: the
     shim's settings, as the admin chose them; its key and registry credentials are copied
-    onto the node (readable by root only) and the settings name those copies."""
+    onto the node (readable by root only) and the settings name those copies.
+    ``check_host``: run the installed interpreter as the host would before registering it
+    (``host_problem``); off only where the host root is not a whole system (tests)."""
     node = node or NodeConfig()
     host_prefix = host_root / prefix.relative_to("/")
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -157,12 +161,38 @@ def install(
     _swap_in(staging, host_prefix)
     shim = _write_wrapper(host_root / bin_dir.relative_to("/") / SHIM_NAME,
                           wrapper(prefix, python, node))  # fmt: skip
+    if check_host and (problem := host_problem(host_root, prefix, python)):
+        shim.unlink()  # containerd finds no shim: pods of the class fail fast, not hang
+        raise SnapshotError(f"the shim's Python does not run on this host ({problem}); the "
+                            "runtime is not registered")  # fmt: skip
     host_config = host_root / config.relative_to("/")
     changed = _register_runtime(host_config)
     if changed:
         log.info("registered runtime 'snapshot' in %s; restart containerd to load it", config)
     advise_huge_pages()
     return InstallResult(shim=shim, config=host_config, config_changed=changed)
+
+
+def host_problem(host_root: Path, prefix: Path, python: str) -> str | None:
+    """Why the installed interpreter cannot start on the host, or None: it runs inside the
+    host's root (chroot), with the host's dynamic loader and C library, as the shim will, and
+    loads the C modules the shim's start needs. An image's Python on an older host (Debian
+    13's on Ubuntu 22.04's glibc 2.35) fails here, with the loader's words, instead of every
+    pod of the RuntimeClass failing at its sandbox's creation."""
+    home = prefix / "python"
+    env = {"PYTHONHOME": str(home), "LD_LIBRARY_PATH": str(home / "lib"),
+           "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}  # fmt: skip
+    cmd = [str(home / "bin" / python), "-c", "import asyncio, ctypes, hashlib, json, ssl, zlib"]
+    if host_root.resolve() != Path("/"):
+        cmd = ["chroot", str(host_root), *cmd]
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if p.returncode == 0:
+        return None
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit status {p.returncode}"
 
 
 def _stage_python(staging: Path, python: str, site: Path) -> None:
