@@ -28,7 +28,10 @@ pytestmark = [
 
 
 def host(tmp_path, suite: str, include: tuple[str, ...] = ()):
-    root = userlands.unpack(suite, tmp_path / suite, include)
+    try:
+        root = userlands.unpack(suite, tmp_path / suite, include)
+    except RuntimeError as e:  # Debian's archive out of reach on a first run: nothing built
+        pytest.skip(f"cannot build the {suite} root: {e}")
     config = root / "etc/containerd/config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(V2)
