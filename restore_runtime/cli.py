@@ -77,7 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the restore report as JSON")
     r.add_argument("--fill-threads", type=int, metavar="N",
                    help="threads filling the memory file (default: min(CPUs, 16))")  # fmt: skip
-    r.add_argument("--fill-ledger", type=Path, metavar="DIR",
+    # one name per setting: snapshot-agent's --fill-ledger is the on/off switch, this the place
+    r.add_argument("--fill-ledger-dir", "--fill-ledger", dest="fill_ledger", type=Path,
+                   metavar="DIR",
                    default=NodeConfig.from_env().fill_ledger_dir,
                    help="root-only directory of the memory-file chunks this node verified, "
                         "as the shim uses it (default: the shim's)")  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +69,14 @@ def test_keygen_never_replaces_a_key_unless_forced(tmp_path):
 def test_version():
     r = run("--version")
     assert r.returncode == 0 and r.stdout.startswith("snapshotctl "), r
+
+
+def test_the_ledger_directory_has_its_own_name():
+    """One name per setting (structure issue): snapshot-agent's ``--fill-ledger`` switches
+    the ledger on or off; snapshotctl's directory is ``--fill-ledger-dir`` (the old spelling
+    still parses)."""
+    from restore_runtime.cli import _parser
+
+    for flag in ("--fill-ledger-dir", "--fill-ledger"):
+        args = _parser().parse_args(["restore", "art", flag, "/tmp/ledger"])
+        assert args.fill_ledger == Path("/tmp/ledger")
