@@ -12,7 +12,6 @@ import tarfile
 from pathlib import Path
 
 CACHE = Path(os.environ.get("SNAPSHOT_USERLANDS", "/var/cache/snapshot-tools/userlands"))
-MIRROR = "http://deb.debian.org/debian"
 
 
 def missing() -> str | None:
@@ -30,9 +29,10 @@ def unpack(suite: str, dest: Path, include: tuple[str, ...] = ()) -> Path:
         CACHE.mkdir(parents=True, exist_ok=True)
         tmp = CACHE / f".{name}.part.tar"  # mmdebstrap's format is its suffix
         extra = [f"--include={','.join(include)}"] if include else []
+        # no mirror given: mmdebstrap's default, Debian's own archive
         p = subprocess.run(["mmdebstrap", "--variant=essential", "--mode=root", "--quiet",
-                            *extra, suite, str(tmp), MIRROR], capture_output=True,
-                           text=True)  # fmt: skip
+                            *extra, suite, str(tmp)], capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL)  # fmt: skip
         if p.returncode != 0:
             tmp.unlink(missing_ok=True)
             raise RuntimeError(f"mmdebstrap {suite}: {p.stderr.strip()[-2000:]}")
