@@ -77,11 +77,7 @@ def _parser() -> argparse.ArgumentParser:
 
     n = sub.add_parser("install-node", help="install the shim on a host, register it with "
                        "containerd (the agent's init container runs this)")  # fmt: skip
-    n.add_argument("--host-root", type=Path, required=True, help="where the host's / is mounted")
-    n.add_argument("--prefix", type=Path, default=Path("/opt/snapshot"))
-    n.add_argument("--bin-dir", type=Path, default=Path("/usr/local/bin"),
-                   help="the shim wrapper's directory, on containerd's PATH")  # fmt: skip
-    n.add_argument("--containerd-config", type=Path, default=Path("/etc/containerd/config.toml"))
+    _host_args(n, "config changed (until it succeeds once)")
     n.add_argument("--verify-key", type=Path, help="Ed25519 public key restores must match")
     n.add_argument(
         "--sign-key",
@@ -97,16 +93,6 @@ def _parser() -> argparse.ArgumentParser:
     _signer_args(n, "install the public key the signer serves (waits for it up to 5 min)")
     n.add_argument("--no-signing-required", dest="signing_required", action="store_false",
                    help="let the shim restore unsigned artifacts (weakens isolation)")  # fmt: skip
-    n.add_argument(
-        "--restart-containerd",
-        dest="restart_command",
-        action="store_const",
-        const=DEFAULT_RESTART,
-        help=f"same as --restart-command '{DEFAULT_RESTART}'",
-    )
-    n.add_argument("--restart-command", metavar="CMD",
-                   help="shell command that restarts the host's containerd, run when its "
-                        "config changed (until it succeeds once)")  # fmt: skip
     n.add_argument("--fill-threads", type=int, default=0, metavar="N",
                    help="threads that fill a restore's memory into the tree (0: the node's "
                         "CPUs, at most 16)")  # fmt: skip
@@ -134,21 +120,28 @@ def _parser() -> argparse.ArgumentParser:
 
     u = sub.add_parser("uninstall-node", help="take off a host what install-node put "
                        "there (the runtime table, the shim, its keys)")  # fmt: skip
-    u.add_argument("--host-root", type=Path, required=True, help="where the host's / is mounted")
-    u.add_argument("--prefix", type=Path, default=Path("/opt/snapshot"))
-    u.add_argument("--bin-dir", type=Path, default=Path("/usr/local/bin"))
-    u.add_argument("--containerd-config", type=Path, default=Path("/etc/containerd/config.toml"))
+    _host_args(u, "config changed")
     u.add_argument("--purge-store", type=Path, metavar="STORE",
                    help="also delete this artifact store (every artifact on the node)")  # fmt: skip
-    u.add_argument(
-        "--restart-containerd",
-        dest="restart_command",
-        action="store_const",
-        const=DEFAULT_RESTART,
-        help=f"run '{DEFAULT_RESTART}' when the config changed",
-    )
-    u.add_argument("--restart-command", metavar="CMD")
     return p
+
+
+def _host_args(p: argparse.ArgumentParser, when: str) -> None:
+    """Where the host is and what install-node puts on it, and how containerd restarts:
+    install-node and uninstall-node take the same."""
+    p.add_argument("--host-root", type=Path, required=True, help="where the host's / is mounted")
+    p.add_argument("--prefix", type=Path, default=Path("/opt/snapshot"))
+    p.add_argument("--bin-dir", type=Path, default=Path("/usr/local/bin"),
+                   help="the shim wrapper's directory, on containerd's PATH")  # fmt: skip
+    p.add_argument("--containerd-config", type=Path, default=Path("/etc/containerd/config.toml"))
+    p.add_argument("--restart-containerd", dest="restart_command", action="store_const",
+                   const=DEFAULT_RESTART,
+                   help=f"same as --restart-command '{DEFAULT_RESTART}'")  # fmt: skip
+    p.add_argument(
+        "--restart-command",
+        metavar="CMD",
+        help=f"shell command that restarts the host's containerd, run when its {when}",
+    )
 
 
 def _signer_args(p: argparse.ArgumentParser, what: str = "ask it for every signature") -> None:

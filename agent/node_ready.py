@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
+
+from kubeclient.api import unless_absent
 
 log = logging.getLogger("snapshot.agent")
 READY_LABEL = "snapshot.nvidia.com/ready"
@@ -44,13 +45,8 @@ async def unmark_if_uninstalled(api: client.ApiClient, node: str, namespace: str
                                 daemonset: str) -> bool:  # fmt: skip
     """At the agent's stop: take the label off when the agent's DaemonSet is gone or being
     deleted (an uninstall), not on a restart or a rolling update. True when taken off."""
-    try:
-        ds = await client.AppsV1Api(api).read_namespaced_daemon_set(daemonset, namespace)
-        gone = ds.metadata.deletion_timestamp is not None
-    except ApiException as e:
-        if e.status != 404:
-            raise
-        gone = True
+    ds = await unless_absent(client.AppsV1Api(api).read_namespaced_daemon_set(daemonset, namespace))
+    gone = ds is None or ds.metadata.deletion_timestamp is not None
     if gone:
         await mark(api, node, False)
     return gone

@@ -44,6 +44,17 @@ def render(
     set_values: dict | None = None,
     set_strings: dict | None = None,
 ) -> list[dict]:
+    text = render_text(namespace, release, set_values, set_strings)
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def render_text(
+    namespace: str = "snapshot-system",
+    release: str = "snap",
+    set_values: dict | None = None,
+    set_strings: dict | None = None,
+) -> str:
+    """``helm template``'s output, as a GitOps tool gets it."""
     args = ["template", release, str(CHART), "-n", namespace, "--kube-version", KUBE_VERSION]
     for k, v in (set_values or {}).items():
         args += ["--set", f"{k}={v}"]
@@ -52,7 +63,7 @@ def render(
     p = helm(*args)
     if p.returncode != 0:
         raise RenderError(p.stderr.strip())
-    return [d for d in yaml.safe_load_all(p.stdout) if d]
+    return p.stdout
 
 
 RELEASE, NAMESPACE = "snapshot", "snapshot-system"

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
@@ -33,6 +33,7 @@ __all__ = [
     "pod_snapshots",
     "read_pod",
     "snapshot_jobs",
+    "unless_absent",
 ]  # fmt: skip
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ async def api_client(kubeconfig: str | None = None) -> client.ApiClient:
 
 
 M = TypeVar("M", crd.PodSnapshot, crd.SnapshotJob)
+T = TypeVar("T")
 
 
 class CustomResources(Generic[M]):
@@ -72,15 +74,9 @@ class CustomResources(Generic[M]):
 
     async def get(self, namespace: str, name: str, timeout: float | None = None) -> M | None:
         """The object, or None when it does not exist; ApiException for anything else."""
-        try:
-            obj = await self._objs.get_namespaced_custom_object(
-                *self._args(namespace), name, _request_timeout=timeout
-            )
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return self._model.model_validate(obj)
+        obj = await unless_absent(self._objs.get_namespaced_custom_object(
+            *self._args(namespace), name, _request_timeout=timeout))  # fmt: skip
+        return None if obj is None else self._model.model_validate(obj)
 
     def source(self) -> Source:
         """This collection, to watch (kubeclient.watch)."""
@@ -182,15 +178,21 @@ def isolated(obj: crd.PodSnapshot | crd.SnapshotJob) -> Iterator[None]:
                     obj.metadata.name, e.status, e.reason)  # fmt: skip
 
 
-async def read_pod(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
-    """The pod as the API server returns it (camelCase dict), or None when it does not exist."""
+async def unless_absent(call: Awaitable[T]) -> T | None:
+    """What a read answers, or None when the object does not exist (404); any other
+    ApiException is raised."""
     try:
-        pod = await client.CoreV1Api(api).read_namespaced_pod(name, namespace)
+        return await call
     except ApiException as e:
         if e.status == 404:
             return None
         raise
-    return api.sanitize_for_serialization(pod)
+
+
+async def read_pod(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """The pod as the API server returns it (camelCase dict), or None when it does not exist."""
+    pod = await unless_absent(client.CoreV1Api(api).read_namespaced_pod(name, namespace))
+    return None if pod is None else api.sanitize_for_serialization(pod)
 
 
 def pod_snapshots(api: client.ApiClient) -> CustomResources[crd.PodSnapshot]:

@@ -12,14 +12,12 @@ import uuid
 import pytest
 
 from api.handshake import RESTORE_REPORT
-from devnode import workloads
 from devnode.containerd import admitted
-from tests.conftest import CRI_NODE
 from tests.helpers import ask
+from tests.shim.test_cri_restore import PORT, start_pod
+from tests.shim.test_cri_restore import pytestmark as cri_marks
 
-pytestmark = CRI_NODE
-IMAGE, PORT = "localhost/snapshot/busybox:1", 8080
-COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)
+pytestmark = cri_marks
 DEVICE = "snapshot.test/device=one"
 CHECK = ["sh", "-c", "test -c /dev/snapshot-test && cat /snapshot-cdi/marker"]
 
@@ -40,16 +38,8 @@ def cdi(containerd, tmp_path):
 
 
 def start(cri, name: str, annotations=None, control=None):
-    c, pods = cri
-    uid = uuid.uuid4().hex
-    pod, cfg = c.run_pod(f"{name}-{uid[:5]}", "snapshot", annotations, uid=uid)
-    pods.append(pod)
-    mounts = list(workloads.mounts())
-    if control is not None:
-        mounts.append(workloads.control_mount(control, uid))
-    ctr = c.create(pod, cfg, "main", IMAGE, COUNTER, tuple(mounts),
-                   annotations={"cdi.k8s.io/test": DEVICE})  # fmt: skip
-    r = c.run("start", ctr, check=False)
+    pod, ctr, r = start_pod(cri, name, annotations=annotations, control=control,
+                            container_annotations={"cdi.k8s.io/test": DEVICE})  # fmt: skip
     assert r.returncode == 0, r.stderr
     return pod, ctr
 

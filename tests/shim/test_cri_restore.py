@@ -38,7 +38,8 @@ COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)
 
 
 def start_pod(cri, name: str, handler: str = "snapshot", annotations=None, control=None,
-              command: list[str] = COUNTER, user: int | None = None):  # fmt: skip
+              command: list[str] = COUNTER, user: int | None = None,
+              container_annotations: dict | None = None):  # fmt: skip
     c, pods = cri
     uid = uuid.uuid4().hex
     pod, cfg = c.run_pod(f"{name}-{uid[:5]}", handler, annotations, uid=uid)
@@ -46,7 +47,8 @@ def start_pod(cri, name: str, handler: str = "snapshot", annotations=None, contr
     mounts = list(HOST_MOUNTS)
     if control is not None:
         mounts.append(workloads.control_mount(control, uid))
-    ctr = c.create(pod, cfg, "main", IMAGE, command, tuple(mounts), user=user)
+    ctr = c.create(pod, cfg, "main", IMAGE, command, tuple(mounts), user=user,
+                   annotations=container_annotations)  # fmt: skip
     r = c.run("start", ctr, check=False)
     return pod, ctr, r
 

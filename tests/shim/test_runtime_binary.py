@@ -17,15 +17,13 @@ from pathlib import Path
 import pytest
 
 from api.handshake import RESTORE_REPORT
-from devnode import workloads
 from devnode.containerd import Containerd, admitted
 from devnode.cri import Crictl
 from tests.conftest import CONTAINERD2_PROBLEM, CONTAINERD_PROBLEM, CRI_NODE, VENV_BIN
 from tests.helpers import ask
+from tests.shim.test_cri_restore import PORT, start_pod
 
 pytestmark = CRI_NODE
-IMAGE, PORT = "localhost/snapshot/busybox:1", 8080
-COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)
 NETS = {1: ("snapbr5", "10.233.5.0/24"), 2: ("snapbr6", "10.233.6.0/24")}
 
 
@@ -71,14 +69,7 @@ def test_create_start_exec_and_restore_go_through_the_named_runtime(node, tmp_pa
     c, cri, pods, log = node
 
     def start(name: str, annotations=None, control=None):
-        uid = uuid.uuid4().hex
-        pod, cfg = cri.run_pod(f"{name}-{uid[:5]}", "snapshot", annotations, uid=uid)
-        pods.append(pod)
-        mounts = list(workloads.mounts())
-        if control is not None:
-            mounts.append(workloads.control_mount(control, uid))
-        ctr = cri.create(pod, cfg, "main", IMAGE, COUNTER, tuple(mounts))
-        r = cri.run("start", ctr, check=False)
+        pod, ctr, r = start_pod((cri, pods), name, annotations=annotations, control=control)
         assert r.returncode == 0, r.stderr
         return pod, ctr
 
