@@ -8,6 +8,7 @@ reads the winner's), and renewed with a compare-and-swap on its resourceVersion.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 from collections.abc import Callable
@@ -15,24 +16,37 @@ from collections.abc import Callable
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from .api import unless_absent
+
 log = logging.getLogger(__name__)
 Data = dict[str, bytes]
+#: what ``kubectl delete secret,configmap -l`` removes after an uninstall (docs/operations.md)
+MANAGED = {"app.kubernetes.io/managed-by": "snapshot"}
 ATTEMPTS = 5
+#: the whole of one ensure/publish, retries included: an API server that accepts and never
+#: answers stops a component's start with an error instead of holding it forever
+DEADLINE_S = 30.0
 
 
 async def ensure_secret(api: client.ApiClient, namespace: str, name: str,
                         make: Callable[[], Data],
-                        usable: Callable[[Data], bool] = lambda _: True) -> Data:  # fmt: skip
+                        usable: Callable[[Data], bool] = lambda _: True,
+                        deadline_s: float = DEADLINE_S) -> Data:  # fmt: skip
     """The data of Secret ``namespace/name``: as it is when ``usable``; else made by ``make``
-    and written (created, or replaced when unusable)."""
-    core = client.CoreV1Api(api)
+    and written (created, or replaced when unusable). TimeoutError past ``deadline_s``."""
+    async with asyncio.timeout(deadline_s):
+        return await _ensure_secret(client.CoreV1Api(api), namespace, name, make, usable)
+
+
+async def _ensure_secret(
+    core: client.CoreV1Api,
+    namespace: str,
+    name: str,
+    make: Callable[[], Data],
+    usable: Callable[[Data], bool],
+) -> Data:
     for _ in range(ATTEMPTS):
-        try:
-            secret = await core.read_namespaced_secret(name, namespace)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            secret = None
+        secret = await unless_absent(core.read_namespaced_secret(name, namespace))
         if secret is not None:
             data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
             if usable(data):
@@ -40,8 +54,7 @@ async def ensure_secret(api: client.ApiClient, namespace: str, name: str,
         new = make()
         body = client.V1Secret(
             metadata=client.V1ObjectMeta(
-                name=name, namespace=namespace,
-                labels={"app.kubernetes.io/managed-by": "snapshot"},
+                name=name, namespace=namespace, labels=MANAGED,
                 resource_version=secret.metadata.resource_version if secret else None,
             ),
             type="Opaque",
@@ -62,31 +75,32 @@ async def ensure_secret(api: client.ApiClient, namespace: str, name: str,
 
 
 async def publish_configmap(api: client.ApiClient, namespace: str, name: str,
-                            data: dict[str, str]) -> None:  # fmt: skip
-    """ConfigMap ``namespace/name`` holds ``data`` (created, or updated when it differs)."""
-    core = client.CoreV1Api(api)
+                            data: dict[str, str],
+                            deadline_s: float = DEADLINE_S) -> None:  # fmt: skip
+    """ConfigMap ``namespace/name`` holds ``data`` (created, or updated when it differs).
+    TimeoutError past ``deadline_s``."""
+    async with asyncio.timeout(deadline_s):
+        await _publish_configmap(client.CoreV1Api(api), namespace, name, data)
+
+
+async def _publish_configmap(core: client.CoreV1Api, namespace: str, name: str,
+                             data: dict[str, str]) -> None:  # fmt: skip
     body = client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name=name, namespace=namespace,
-                                     labels={"app.kubernetes.io/managed-by": "snapshot"}),
-        data=data,
-    )  # fmt: skip
+        metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=MANAGED), data=data
+    )
     for _ in range(ATTEMPTS):
+        current = await unless_absent(core.read_namespaced_config_map(name, namespace))
+        if current is not None:
+            if current.data != data:
+                await core.patch_namespaced_config_map(name, namespace, {"data": data})
+                log.info("updated ConfigMap %s/%s", namespace, name)
+            return
         try:
-            current = await core.read_namespaced_config_map(name, namespace)
+            await core.create_namespaced_config_map(namespace, body)
         except ApiException as e:
-            if e.status != 404:
-                raise
-            try:
-                await core.create_namespaced_config_map(namespace, body)
-            except ApiException as e2:
-                if e2.status == 409:
-                    continue
-                raise
-            log.info("published ConfigMap %s/%s", namespace, name)
-            return
-        if current.data == data:
-            return
-        await core.patch_namespaced_config_map(name, namespace, {"data": data})
-        log.info("updated ConfigMap %s/%s", namespace, name)
+            if e.status == 409:  # another replica created it first: compare with theirs
+                continue
+            raise
+        log.info("published ConfigMap %s/%s", namespace, name)
         return
     raise RuntimeError(f"ConfigMap {namespace}/{name} kept changing under us")

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from kubeclient import api as kube
-from kubeclient import certs
+from kubeclient import certs, owned
 from webhook.app import create_app
 from webhook.lookup import snapshot_lookup
 from webhook.mutate import DEFAULT_RUNTIME_CLASS
@@ -82,6 +82,11 @@ async def patch_ca_bundle(api, name: str, ca_pem: bytes) -> bool:
     from kubernetes_asyncio import client
 
     admission = client.AdmissionregistrationV1Api(api)
+    async with asyncio.timeout(owned.DEADLINE_S):  # a hung API server: the next check tries
+        return await _patch(admission, name, ca_pem)
+
+
+async def _patch(admission, name: str, ca_pem: bytes) -> bool:
     cfg = await admission.read_mutating_webhook_configuration(name)
     bundle = base64.b64encode(ca_pem).decode()
     ops = [

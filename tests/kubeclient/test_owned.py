@@ -1,0 +1,36 @@
+"""kubeclient/owned.py against an API server that accepts connections and never answers (a
+real listening socket that reads nothing): making the signing key or publishing the CA ends
+at its one deadline, retries included, with a TimeoutError (the component's start then
+fails with one line and its pod restarts) instead of holding the start forever."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+import yaml
+
+from kubeclient import api as kube
+from kubeclient import owned
+
+
+@pytest.mark.parametrize("what", ["secret", "configmap"])
+async def test_a_hung_api_server_ends_at_the_deadline(control_plane, tmp_path, what):
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)
+        cfg = yaml.safe_load(control_plane.kubeconfig.read_text())
+        cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{hole.getsockname()[1]}"
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(cfg))
+        async with await kube.api_client(str(kubeconfig)) as api:
+            t0 = time.monotonic()
+            with pytest.raises(TimeoutError):
+                if what == "secret":
+                    await owned.ensure_secret(api, "ns", "key", lambda: {"k": b"v"},
+                                              deadline_s=1.0)  # fmt: skip
+                else:
+                    await owned.publish_configmap(api, "ns", "ca", {"ca.crt": "x"},
+                                                  deadline_s=1.0)  # fmt: skip
+            assert time.monotonic() - t0 < 5
