@@ -5,7 +5,8 @@ the chart's floor); the admission policy on agents' writes reads the same field.
 Every TokenReview is a request to the API server that anyone who reaches the signer could
 cause, so ``screened`` puts three things in front of it: a token that is not a JWT made for
 the signer's audience and still unexpired (read, not trusted: the review decides) is refused
-without one; a token's answer is kept for a few seconds; and few reviews run at once."""
+without one; a token's answer is kept for a few seconds; and few reviews run at once, each
+within a deadline."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ Authenticate = Callable[[str], Awaitable[Caller | None]]
 REVIEW_TTL_S = 10.0
 CACHED_TOKENS = 1024
 CONCURRENT_REVIEWS = 4
+#: one review's deadline: a hung API server must not keep the few review slots forever
+REVIEW_TIMEOUT_S = 5.0
 MAX_TOKEN_BYTES = 16 * 1024
 
 
@@ -99,7 +102,8 @@ def screened(authenticate: Authenticate, audience: str,
             if hit := cached(key):  # asked again while this one waited
                 return hit[1]
             reviewed()
-            caller = await authenticate(token)  # an error is not kept: the next one asks again
+            async with asyncio.timeout(REVIEW_TIMEOUT_S):  # an error is not kept: asked again
+                caller = await authenticate(token)
         answers[key] = (time.monotonic() + REVIEW_TTL_S, caller)
         answers.move_to_end(key)
         while len(answers) > CACHED_TOKENS:
