@@ -1,13 +1,17 @@
 """Node installation, run by the agent DaemonSet's init container with the host's root
-mounted: put the shim on the host and register runtime handler `snapshot` with containerd.
+mounted: put the node bundle on the host and register runtime handler `snapshot` with
+containerd.
 
     snapshot-agent install-node --host-root /host [--prefix /opt/snapshot]
         [--sign-key PRIVATE.pem | --verify-key PUBLIC.pem | --no-signing-required]
         [--store /var/lib/snapshot/artifacts]
 
 - The shim runs on the host, started by containerd, so it cannot use the image's files: the
-  Python installation this runs from (interpreter, standard library, shared library) and
-  the virtualenv's packages are copied to PREFIX on the host.
+  node bundle (agent/bundle.py) copies the interpreter, the packages, CRIU and every library
+  they load, the image's loader included, to PREFIX/<version>-<build> on the host. It runs
+  there on any glibc (or none) and with any CRIU (or none) of the host's.
+- Before anything is registered, the bundle is run inside the host's root (host_problem):
+  a node it cannot run on fails here, not at every pod's sandbox.
 - A wrapper goes to HOST/usr/local/bin/containerd-shim-snapshot-v2 (containerd looks for
   `containerd-shim-<name>-v2` on its PATH). It exports the node's restore settings
   (api/node.py): the artifact store restores may read, and the public key they must be
@@ -31,23 +35,22 @@ import sys
 import sysconfig
 import tomllib
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from api import runtime
 from api.node import NodeConfig
 from restore_runtime.artifact import signing
+from restore_runtime.criu import runner as criu_runner
 from restore_runtime.errors import SnapshotError
 from restore_runtime.mounts import propagation_problem
+
+from . import bundle
 
 log = logging.getLogger("snapshot.install")
 
 SHIM_NAME = "containerd-shim-snapshot-v2"
-# what the shim never imports: tests, GUI, the base installation's own packages. Compiled
-# bytecode (__pycache__) is copied with the sources, whose times copy2 keeps, so it stays
-# valid: without it every shim start compiles what it imports (the engine alone took 0.45 s
-# on a GPU node), or, where the host's prefix is read-only, every one of them does.
-STDLIB_SKIP = shutil.ignore_patterns("test", "tests", "idlelib", "tkinter", "turtledemo",
-                                     "ensurepip", "site-packages")  # fmt: skip
+VERSION = metadata.version("gpu-snapshot")
 
 
 def runtime_table(config_version: int, handler: str = runtime.HANDLER) -> str:
@@ -84,29 +87,19 @@ def with_runtime(config_text: str, handler: str = runtime.HANDLER) -> str | None
     return config_text.rstrip("\n") + "\n" + runtime_table(version, handler)
 
 
-def shim_command(prefix: Path, python: str) -> list[str]:
-    """The copied interpreter running the shim. The packages directory is added as a site
-    directory, not through PYTHONPATH, so that its .pth files (namespace and editable
-    installs) count."""
-    boot = (f"import runpy, site; site.addsitedir({str(prefix / 'site-packages')!r}); "
-            "runpy.run_module('shim', run_name='__main__', alter_sys=True)")  # fmt: skip
-    return [f"{prefix}/python/bin/{python}", "-c", boot]
-
-
-def wrapper(prefix: Path, python: str, node: NodeConfig) -> str:
+def wrapper(prefix: Path, node: NodeConfig) -> str:
+    """The shim as containerd finds it on its PATH: the node's settings, then the current
+    bundle's launcher (which names its own version from there on)."""
     settings = node.to_env()
     for k, v in settings.items():  # written between double quotes into a shell script
         if any(c in v for c in '"$`\\\n'):
             raise SnapshotError(f'{k}={v!r}: a node setting may not hold ", $, `, \\ or a newline')
     env = "".join(f'export {k}="{v}"\n' for k, v in sorted(settings.items()))
-    exe, flag, boot = shim_command(prefix, python)
     return (
         "#!/bin/sh\n"
         "# installed by snapshot-agent install-node (the snapshot agent)\n"
-        f'export PYTHONHOME="{prefix}/python"\n'
-        f'export LD_LIBRARY_PATH="{prefix}/python/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"\n'
         f"{env}"
-        f'exec "{exe}" {flag} "{boot}" "$@"\n'
+        f'exec "{prefix}/{bundle.CURRENT}/bin/shim" "$@"\n'
     )
 
 
@@ -130,6 +123,7 @@ class InstallResult:
     shim: Path
     config: Path
     config_changed: bool
+    bundle: Path  # the version's directory, as the host sees it
 
 
 def install(
@@ -153,74 +147,85 @@ def install(
     node = node or NodeConfig()
     host_prefix = host_root / prefix.relative_to("/")
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    staging = host_prefix.with_name(host_prefix.name + ".new")
-    shutil.rmtree(staging, ignore_errors=True)
-    _stage_python(staging, python, packages or Path(sysconfig.get_paths()["purelib"]))
-    # the settings as the shim reads them: its copies of the key and the credentials
-    node = _stage_keys(staging, prefix, node, verify_key, sign_key)
-    _swap_in(staging, host_prefix)
-    shim = _write_wrapper(host_root / bin_dir.relative_to("/") / SHIM_NAME,
-                          wrapper(prefix, python, node))  # fmt: skip
-    if check_host and (problem := host_problem(host_root, prefix, python)):
-        shim.unlink()  # containerd finds no shim: pods of the class fail fast, not hang
-        raise SnapshotError(f"the shim's Python does not run on this host ({problem}); the "
+    name = _install_bundle(host_prefix, prefix, python,
+                           packages or Path(sysconfig.get_paths()["purelib"]))  # fmt: skip
+    vdir = prefix / name
+    if check_host and (problem := host_problem(host_root, vdir, python)):
+        if bundle.current(host_prefix) != name:
+            shutil.rmtree(host_prefix / name, ignore_errors=True)
+        raise SnapshotError(f"the node bundle does not run on this host ({problem}); the "
                             "runtime is not registered")  # fmt: skip
+    # the settings as the shim reads them: its copies of the key and the credentials
+    node = _install_keys(host_prefix, prefix, node, verify_key, sign_key)
+    bundle.switch_current(host_prefix, name)
+    shim = _write_wrapper(host_root / bin_dir.relative_to("/") / SHIM_NAME,
+                          wrapper(prefix, node))  # fmt: skip
+    if gone := bundle.prune(host_prefix, prefix, keep=name):
+        log.info("removed unused bundles: %s", ", ".join(gone))
     host_config = host_root / config.relative_to("/")
     changed = _register_runtime(host_config)
     if changed:
         log.info("registered runtime 'snapshot' in %s; restart containerd to load it", config)
     advise_huge_pages()
-    return InstallResult(shim=shim, config=host_config, config_changed=changed)
+    return InstallResult(shim=shim, config=host_config, config_changed=changed, bundle=vdir)
 
 
-def host_problem(host_root: Path, prefix: Path, python: str) -> str | None:
-    """Why the installed interpreter cannot start on the host, or None: it runs inside the
-    host's root (chroot), with the host's dynamic loader and C library, as the shim will, and
-    loads the C modules the shim's start needs. An image's Python on an older host (Debian
-    13's on Ubuntu 22.04's glibc 2.35) fails here, with the loader's words, instead of every
-    pod of the RuntimeClass failing at its sandbox's creation."""
-    home = prefix / "python"
-    env = {"PYTHONHOME": str(home), "LD_LIBRARY_PATH": str(home / "lib"),
-           "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}  # fmt: skip
-    cmd = [str(home / "bin" / python), "-c", "import asyncio, ctypes, hashlib, json, ssl, zlib"]
-    if host_root.resolve() != Path("/"):
-        cmd = ["chroot", str(host_root), *cmd]
+def _install_bundle(host_prefix: Path, prefix: Path, python: str, site: Path) -> str:
+    """The bundle from this image under host_prefix; its directory's name. The same image
+    installed again reuses its directory, which running shims may be using."""
+    host_prefix.mkdir(parents=True, exist_ok=True)
+    staging = host_prefix / f".staging-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
     try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return str(e)
-    if p.returncode == 0:
-        return None
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    return lines[-1] if lines else f"exit status {p.returncode}"
+        bundle.stage(staging, python, site, Path(criu_runner.criu_binary()))
+        name = f"{VERSION}-{bundle.build_id(staging)}"
+        if (host_prefix / name / "bin" / "shim").exists():
+            return name
+        bundle.launchers(staging, prefix / name, python)
+        shutil.rmtree(host_prefix / name, ignore_errors=True)  # a half-made one
+        staging.rename(host_prefix / name)
+        log.info("node bundle %s installed in %s", name, prefix)
+        return name
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
-def _stage_python(staging: Path, python: str, site: Path) -> None:
-    """The interpreter and its standard library, then this environment's packages."""
-    base = Path(sys.base_prefix)
-    for part in (f"bin/{python}", f"lib/{python}", "lib"):
-        src = base / part
-        dst = staging / "python" / part
-        if part == "lib":  # only the shared libpython, if the build has one
-            for so in src.glob("libpython3*.so*"):
-                dst.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(so, dst / so.name)
-        elif src.is_dir():
-            shutil.copytree(src, dst, symlinks=True, ignore=STDLIB_SKIP)
-        else:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
-    shutil.copytree(site, staging / "site-packages", symlinks=False)
+def host_problem(host_root: Path, vdir: Path, python: str) -> str | None:
+    """Why the bundle in ``vdir`` cannot run on the host, or None. Its interpreter starts
+    inside the host's root (chroot), through the bundle's loader as the shim will, and loads
+    the C modules the shim's start needs; its CRIU prints its version. What is missing, in
+    the loader's words, fails the install instead of every pod of the RuntimeClass failing at
+    its sandbox's creation."""
+    loader = bundle.loader_name(host_root / vdir.relative_to("/"))
+    env = {**bundle.python_env(vdir), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    checks = [
+        [*bundle.python_command(vdir, python, loader), "-c",
+         "import asyncio, ctypes, hashlib, json, ssl, zlib"],
+        [*bundle.run_command(vdir, vdir / "libexec" / "criu", loader), "--version"],
+    ]  # fmt: skip
+    for cmd in checks:
+        if host_root.resolve() != Path("/"):
+            cmd = ["chroot", str(host_root), *cmd]
+        try:
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return str(e)
+        if p.returncode != 0:
+            lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+            return lines[-1] if lines else f"exit status {p.returncode}"
+    return None
 
 
-def _stage_keys(staging: Path, prefix: Path, node: NodeConfig, verify_key: Path | None,
-                sign_key: Path | None) -> NodeConfig:  # fmt: skip
-    """The public key and the registry credentials, copied into the tree (root only);
-    returns the settings naming those copies."""
+def _install_keys(host_prefix: Path, prefix: Path, node: NodeConfig, verify_key: Path | None,
+                  sign_key: Path | None) -> NodeConfig:  # fmt: skip
+    """The public key and the registry credentials, copied to PREFIX/keys (root only), the
+    old ones replaced whole; returns the settings naming those copies."""
+    staging = host_prefix / ".keys.new"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(mode=0o700)
     key = None
     if verify_key is not None or sign_key is not None:
-        (staging / "keys").mkdir()
-        dest = staging / "keys" / "verify.pem"
+        dest = staging / "verify.pem"
         if sign_key is not None:
             dest.write_bytes(signing.public_pem(signing.load_private_key(sign_key)))
         else:
@@ -231,22 +236,17 @@ def _stage_keys(staging: Path, prefix: Path, node: NodeConfig, verify_key: Path 
                     "(or signing is turned off with --no-signing-required)")  # fmt: skip
     auth = None
     if node.oci_auth_file is not None:
-        (staging / "keys").mkdir(exist_ok=True)
-        dest = staging / "keys" / "oci-auth.json"
+        dest = staging / "oci-auth.json"
         dest.write_bytes(node.oci_auth_file.read_bytes())
         dest.chmod(0o600)
         auth = prefix / "keys" / "oci-auth.json"
+    old = host_prefix / ".keys.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if (host_prefix / "keys").exists():
+        (host_prefix / "keys").rename(old)
+    staging.rename(host_prefix / "keys")
+    shutil.rmtree(old, ignore_errors=True)
     return dataclasses.replace(node, verify_key_path=key, oci_auth_file=auth)
-
-
-def _swap_in(staging: Path, host_prefix: Path) -> None:
-    """The new tree in place whole: a shim starting meanwhile sees the old or the new one."""
-    old = host_prefix.with_name(host_prefix.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if host_prefix.exists():
-        host_prefix.rename(old)
-    staging.rename(host_prefix)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _write_wrapper(shim: Path, text: str) -> Path:

@@ -112,3 +112,46 @@ def shim_pids(container_id: str) -> list[int]:
     """The shim server(s) started for a container or pod sandbox (its ``start`` command
     line names the id)."""
     return [int(ln.split()[0]) for ln in processes(f"-id {container_id} .*start")]
+
+
+#: what the shim imports first to serve a restore; the rest it imports when it needs it
+SHIM_IMPORTS = ("shim.bootstrap", "shim.task.service", "shim.process.restore",
+                "restore_runtime.artifact.signing", "restore_runtime.executor.restore")  # fmt: skip
+_IMPORT_ALL = """
+import ast, importlib, json, pathlib, sys
+names = set(sys.argv[2:])
+for pkg in ("shim", "restore_runtime", "api"):
+    for f in (pathlib.Path(sys.argv[1]) / pkg).rglob("*.py"):
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, ast.Import):
+                names |= {a.name for a in n.names}
+            elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
+                names.add(n.module)
+for name in sorted(names):
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+print(json.dumps(sorted({f for m in list(sys.modules.values())
+                         if "site-packages" in (f := getattr(m, "__file__", None) or "")})))
+"""
+
+
+def shim_packages(dest: Path) -> Path:
+    """A site-packages as an image has it, for the node's code: this checkout's packages and
+    the third-party ones any module of theirs imports, found by importing them all (links,
+    which the installer copies)."""
+    root = Path(__file__).resolve().parents[1]
+    files = json.loads(subprocess.run([sys.executable, "-c", _IMPORT_ALL, str(root), *SHIM_IMPORTS],
+                                      capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    dest.mkdir()
+    for f in files:
+        site = next(p for p in Path(f).parents if p.name == "site-packages")
+        top = site / Path(f).relative_to(site).parts[0]
+        if top.name.startswith("__editable__") or top.suffix == ".pth":
+            continue
+        if not (dest / top.name).exists():
+            (dest / top.name).symlink_to(top)
+    for pkg in ("api", "shim", "restore_runtime"):
+        (dest / pkg).symlink_to(root / pkg)
+    return dest

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agent import bundle
 from agent import install as inst
 from api.node import NodeConfig
 from restore_runtime.artifact import signing
@@ -88,21 +89,26 @@ def test_install_into_a_host_root(tmp_path):
     assert b"PRIVATE" not in b"".join(f.read_bytes() for f in (host / "opt").rglob("*.pem"))
     assert os.access(res.shim, os.X_OK)
 
-    # The wrapper's command, pointed at the scratch root instead of the host's /, runs the
-    # shim with nothing but the copied interpreter and its standard library.
+    # The bundle's launcher, pointed at the scratch root instead of the host's /, runs the
+    # shim with nothing but the bundle's loader, libraries and interpreter.
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    cmd = inst.shim_command(host / "opt/snapshot", python)
-    home = host / "opt/snapshot/python"
-    env = {"PYTHONHOME": str(home), "LD_LIBRARY_PATH": str(home / "lib"), "PATH": "/usr/bin"}
-    out = subprocess.run([*cmd, "-v"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    vdir = host / res.bundle.relative_to("/")
+    assert (host / "opt/snapshot/current").resolve() == vdir.resolve()
+    assert 'exec "/opt/snapshot/current/bin/shim" "$@"' in text
+    cmd = bundle.python_command(vdir, python, bundle.loader_name(vdir))
+    env = {**bundle.python_env(vdir), "PATH": "/usr/bin"}
+    out = subprocess.run([*cmd, "-c", bundle.shim_boot(vdir), "-v"], capture_output=True,
+                         text=True, env=env, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "snapshot-shim" in out.stdout
+    launcher = (vdir / "bin/shim").read_text()
+    assert "LD_LIBRARY_PATH" not in launcher and "LD_LIBRARY_PATH" not in text
+    assert f'"{res.bundle}/lib/ld-linux' in launcher, "the bundle's own loader"
     # the standard library's bytecode came along: no shim start compiles it
     cached = Path(sys.base_prefix, "lib", python, "json", "__pycache__")
     if cached.is_dir():
-        assert {f.name for f in (home / "lib" / python / "json" / "__pycache__").iterdir()} >= {
-            f.name for f in cached.iterdir()
-        }
+        copied = vdir / "python/lib" / python / "json" / "__pycache__"
+        assert {f.name for f in copied.iterdir()} >= {f.name for f in cached.iterdir()}
 
     auth = tmp_path / "config.json"
     auth.write_text('{"auths": {"registry.internal": {"auth": "dTpw"}}}')
@@ -204,3 +210,30 @@ def test_huge_pages_advice(tmp_path, caplog, text, mode, advised):
         assert inst.advise_huge_pages(knob) == mode
     assert ("transparent huge pages" in caplog.text) is advised
     assert inst.advise_huge_pages(tmp_path / "absent") is None
+
+
+def test_an_upgrade_switches_current_and_keeps_what_runs(tmp_path):
+    """A bundle is installed beside the one before and ``current`` moves in one rename; a
+    process still running from the old one keeps its files, and the next install after it
+    ended removes them. The same image installed again reuses its directory."""
+    host, _ = host_with_config(tmp_path)
+    packages = tmp_path / "site"
+    packages.mkdir()
+    prefix = host / "opt/snapshot"
+    node = NodeConfig(signing_required=False)
+    first = inst.install(host, packages=packages, node=node, check_host=False).bundle
+    assert inst.install(host, packages=packages, node=node, check_host=False).bundle == first
+    old = host / first.relative_to("/")
+    # a shim of the first bundle, as the host runs it: its loader is the process's executable
+    sleep = bundle.run_command(old, Path("/bin/sleep"), bundle.loader_name(old))
+    running = subprocess.Popen([*sleep, "600"])
+    try:
+        (packages / "new.py").write_text("")  # the next image
+        second = inst.install(host, packages=packages, node=node, check_host=False).bundle
+        assert second != first and os.readlink(prefix / "current") == second.name
+        assert old.is_dir(), "in use: kept"
+    finally:
+        running.kill()
+        running.wait()
+    inst.install(host, packages=packages, node=node, check_host=False)
+    assert sorted(p.name for p in prefix.iterdir()) == sorted(["current", "keys", second.name])

@@ -1,57 +1,59 @@
 """`snapshot-agent install-node` on a containerd 2.x node, end to end: the installer (as the
 agent's init container runs it) registers runtime handler ``snapshot`` in a config version 3
-that lacks it and puts its wrapper and interpreter under a scratch host root; containerd 2.x
-started with that config reports the handler (`crictl info`), and a pod under it runs with
-the installed shim, not this checkout's.
+that lacks it and puts its wrapper and the node bundle under a scratch prefix; containerd 2.x
+started with that config reports the handler (`crictl info`), and pods under it run with the
+installed bundle, not this checkout's interpreter.
 
 Cases: the handler as containerd reports it; a pod under handler ``snapshot`` served by the
-wrapper's copied interpreter."""
+bundle; a restore through the bundle's own CRIU, where containerd's PATH offers another
+``criu`` first (a decoy for a host's CRIU 3.x, which fails loudly if run); every file the
+serving shim maps is the bundle's."""
 
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from agent import install as inst
+from api.handshake import RESTORE_REPORT
 from api.runtime import POD_ANNOTATIONS, RUNTIME_TYPE
-from devnode.containerd import Containerd
+from devnode.containerd import Containerd, admitted
 from devnode.cri import Crictl
-from tests.conftest import CONTAINERD2_PROBLEM, CRI_NODE
-from tests.helpers import processes
+from tests.conftest import CONTAINERD2_PROBLEM, CRI_NODE, VENV_BIN
+from tests.helpers import ask, processes, shim_packages, shim_pids
+from tests.shim.test_cri_restore import PORT, start_pod
 
 pytestmark = [
     *CRI_NODE,
     pytest.mark.skipif(CONTAINERD2_PROBLEM is not None, reason=CONTAINERD2_PROBLEM or ""),
 ]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_install_node_registers_the_runtime_in_containerd2(tmp_path):
     host = tmp_path / "host"
-    packages = tmp_path / "site"
-    packages.mkdir()
-    purelib = next(p for p in sys.path if p.endswith("site-packages"))
-    (packages / "snapshot.pth").write_text(f"{ROOT}\n{purelib}\n")
-    private = tmp_path / "sign.pem"
-    from restore_runtime.artifact import signing
-
-    signing.generate_keypair(private, tmp_path / "verify.pem")
-
-    prefix, wrapper_dir = host / "opt/snapshot", host / "bin"
+    packages = shim_packages(tmp_path / "site")  # copied into the bundle, as an image's are
+    prefix, wrapper_dir, decoy = host / "opt/snapshot", host / "bin", tmp_path / "host-criu"
+    decoy.mkdir()
+    (decoy / "criu").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/host-criu.log\nexit 1\n')
+    (decoy / "criu").chmod(0o755)
+    installed = {}
 
     def install_node(config: Path) -> None:
         """The init container's work, with everything it writes under this test's dirs."""
         res = inst.install(Path("/"), prefix=prefix, config=config, packages=packages,
-                           sign_key=private, bin_dir=wrapper_dir)  # fmt: skip
+                           sign_key=node.sign_key, bin_dir=wrapper_dir,
+                           node=node.node_config())  # fmt: skip
         assert res.config_changed and res.shim == wrapper_dir / inst.SHIM_NAME
+        installed["bundle"] = res.bundle
 
     node = Containerd(Path(f"/tmp/snapshot-inst-{uuid.uuid4().hex[:6]}"), major=2,
-                      bridge="snapbr6", subnet="10.233.6.0/24", bin_dirs=[str(wrapper_dir)],
+                      bridge="snapbr6", subnet="10.233.6.0/24",
+                      bin_dirs=[str(wrapper_dir), str(decoy), VENV_BIN],
                       installer=install_node)  # fmt: skip
+    pods: list[str] = []
     try:
         node.start()
         cri = Crictl(node.address, tmp_path)
@@ -61,10 +63,35 @@ def test_install_node_registers_the_runtime_in_containerd2(tmp_path):
         assert runtimes["snapshot"]["PodAnnotations"] == list(POD_ANNOTATIONS)
 
         pod, cfg = cri.run_pod(f"inst-{uuid.uuid4().hex[:5]}", "snapshot")
+        pods.append(pod)
         ctr = cri.create(pod, cfg, "main", "localhost/snapshot/busybox:1", ["sleep", "1000"])
         cri.run("start", ctr)
         assert cri.run("exec", ctr, "echo", "ok").stdout.strip() == "ok"
+        bundle = str(installed["bundle"])
         shims = processes(f"-id {pod}")
-        assert any(str(prefix / "python") in s for s in shims), shims
+        assert any(f"{bundle}/lib/ld-linux" in s for s in shims), shims
+
+        # a restore through the bundle: its CRIU, though containerd's PATH has another first
+        src, src_ctr, r = start_pod((cri, pods), "src")
+        assert r.returncode == 0, r.stderr
+        before = ask(cri.pod_ip(src), PORT, timeout=30)
+        art = node.checkpoint(src_ctr, f"snap-{uuid.uuid4().hex[:6]}")  # the agent's CRIU
+        ctl = tmp_path / "ctl"
+        ctl.mkdir()
+        dst, _, r = start_pod((cri, pods), "dst", annotations=admitted(art), control=ctl)
+        assert r.returncode == 0, r.stderr
+        after = ask(cri.pod_ip(dst), PORT, timeout=30)
+        assert json.loads((ctl / RESTORE_REPORT).read_text())["outcome"] == "restored"
+        assert after["count"] == str(int(before["count"]) + 1), "restored, not cold-started"
+        assert not (tmp_path / "host-criu.log").exists(), "the decoy criu was run"
+
+        # every file the shim serving the restored pod maps is the bundle's
+        pid = shim_pids(dst)[0]
+        mapped = {f.strip() for ln in Path(f"/proc/{pid}/maps").read_text().splitlines()
+                  for f in ln.split(None, 5)[5:] if f.strip().startswith("/")}  # fmt: skip
+        foreign = sorted(m for m in mapped if not m.startswith(f"{bundle}/"))
+        assert not foreign, f"the shim maps files from outside its bundle: {foreign}"
     finally:
+        for p in pods:
+            cri.remove_pod(p)
         node.stop()

@@ -1,30 +1,38 @@
-"""install-node on hosts with other userlands, built here from Debian's archive with
-mmdebstrap: before it registers the runtime, the installer runs the interpreter it copied
-inside the host's root, with the host's loader and C library, as the shim will run. On a
-Debian 11 root (glibc 2.31, as old as Ubuntu 22.04's 2.35 or RHEL 9's 2.34 for this) the
-image's Python cannot start: the install fails with the loader's words, containerd's config
-is left as it was and no wrapper is left, so the node is not labelled ready and no pod of
-the RuntimeClass lands there (instead of every one of them failing at its sandbox). On a
-Debian 13 root it installs. Nodes issue: the shim needs the host's glibc >= the image's
-until the node bundle brings its own loader."""
+"""The node bundle on hosts with other userlands, built here from Debian's archive with
+mmdebstrap. Debian 11 (glibc 2.31) stands for Ubuntu 22.04 (2.35), RHEL 9 and AL2023 (2.34):
+older than the image's C library, without CRIU, without the interpreter's libraries. The
+bundle brings its own loader, libraries and CRIU, so install-node registers the runtime
+there, and the shim's code then runs inside that root without mapping one file from it.
+
+Cases: Debian 11 installs, and its shim, its imports and its CRIU run from the bundle alone
+(every mapped file is the bundle's); Debian 13's bare essential set (no libffi, no OpenSSL)
+installs too; a host where the bundle cannot run (no executable loader: a prefix on a
+noexec mount) is refused before anything is registered, with the reason."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 import sys
 
 import pytest
 
+from agent import bundle
 from agent import install as inst
 from api.node import NodeConfig
 from devnode import userlands
 from restore_runtime.errors import SnapshotError
 from tests.agent.test_install import V2
+from tests.helpers import SHIM_IMPORTS, shim_packages
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.slow,
     pytest.mark.skipif(userlands.missing() is not None, reason=userlands.missing() or ""),
 ]
+CHROOT = shutil.which("chroot") or "chroot"
+PYTHON = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def host(tmp_path, suite: str, include: tuple[str, ...] = ()):
@@ -35,31 +43,72 @@ def host(tmp_path, suite: str, include: tuple[str, ...] = ()):
     config = root / "etc/containerd/config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(V2)
-    packages = tmp_path / "site"
-    packages.mkdir(exist_ok=True)
-    return root, config, packages
+    return root, config
 
 
-def test_an_older_glibc_than_the_images_is_refused_before_registering(tmp_path):
-    root, config, packages = host(tmp_path, "bullseye")
-    with pytest.raises(SnapshotError, match=r"does not run on this host \(.*GLIBC_2\.\d+"):
-        inst.install(root, packages=packages, node=NodeConfig(signing_required=False))
-    assert config.read_text() == V2, "not registered"
-    assert not (root / "usr/local/bin" / inst.SHIM_NAME).exists()
-
-
-def test_a_host_without_a_library_the_interpreter_needs_is_refused(tmp_path):
-    """Debian 13's essential set has no libffi: the copied interpreter's ctypes cannot load,
-    which the shim needs; refused with the missing library named."""
-    root, config, packages = host(tmp_path, "trixie")
-    with pytest.raises(SnapshotError, match=r"libffi\.so\.8"):
-        inst.install(root, packages=packages, node=NodeConfig(signing_required=False))
-    assert config.read_text() == V2
-
-
-def test_a_host_as_new_as_the_image_installs(tmp_path):
-    root, config, packages = host(tmp_path, "trixie", ("libffi8", "libssl3t64"))
-    res = inst.install(root, packages=packages, node=NodeConfig(signing_required=False))
+def test_debian_11_runs_the_shim_from_the_bundle_alone(tmp_path):
+    root, config = host(tmp_path, "bullseye")
+    assert not (root / "usr/sbin/criu").exists() and not list(root.glob("usr/lib/*/libffi.so.8"))
+    res = inst.install(root, packages=shim_packages(tmp_path / "site"),
+                       node=NodeConfig(signing_required=False))  # fmt: skip
     assert res.config_changed and "runtime handler 'snapshot'" in config.read_text()
-    python = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    assert inst.host_problem(root, inst.Path("/opt/snapshot"), python) is None
+
+    def chroot(*cmd: str) -> subprocess.CompletedProcess:
+        # a mount namespace of its own, so that /proc can be mounted in the root and go
+        # with the command
+        return subprocess.run(["unshare", "--mount", "--propagation", "private", CHROOT,
+                               str(root), *cmd], capture_output=True, text=True, timeout=120,
+                              env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+
+    shim = chroot("/opt/snapshot/current/bin/shim", "-v")
+    assert shim.returncode == 0 and "snapshot-shim" in shim.stdout, shim.stderr
+    criu = chroot("/opt/snapshot/current/sbin/criu", "--version")
+    assert criu.returncode == 0 and "Version: 4." in criu.stdout, criu.stderr
+
+    # every file the shim's code maps, the loader's and the C library's included
+    vdir = res.bundle
+    probe = ("import ctypes, json\n"
+             "assert ctypes.CDLL(None).mount(b'proc', b'/proc', b'proc', 0, None) == 0\n"
+             f"import {', '.join(SHIM_IMPORTS)}\n"
+             "maps = {f.strip() for ln in open('/proc/self/maps') for f in ln.split(None, 5)[5:]}\n"
+             "print(json.dumps(sorted(m for m in maps if m.startswith('/'))))")  # fmt: skip
+    loader = bundle.loader_name(root / vdir.relative_to("/"))
+    cmd = bundle.python_command(vdir, PYTHON, loader)
+    boot = f"import site; site.addsitedir({str(vdir / 'site-packages')!r})\n"
+    env = [f"{k}={v}" for k, v in bundle.python_env(vdir).items()]  # as the launcher sets it
+    p = subprocess.run(["unshare", "--mount", "--propagation", "private", "env", *env, CHROOT,
+                        str(root), *cmd, "-c", boot + probe], capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    mapped = json.loads(p.stdout)
+    assert any(m.endswith("/libc.so.6") for m in mapped), mapped
+    foreign = [m for m in mapped if not m.startswith(f"{vdir}/")]
+    assert not foreign, f"mapped from the host's root: {foreign}"
+
+
+def test_a_bare_debian_13_installs(tmp_path):
+    """Debian 13's essential set has no libffi and no OpenSSL, which the interpreter's
+    ctypes and ssl load: the bundle brings them."""
+    root, config = host(tmp_path, "trixie")
+    site = tmp_path / "site"
+    site.mkdir()
+    res = inst.install(root, packages=site, node=NodeConfig(signing_required=False))
+    assert res.config_changed and "runtime handler 'snapshot'" in config.read_text()
+    assert inst.host_problem(root, res.bundle, PYTHON) is None
+
+
+def test_a_host_the_bundle_cannot_run_on_is_refused_before_registering(tmp_path):
+    root, config = host(tmp_path, "trixie")
+    prefix = root / "opt/snapshot"
+    prefix.mkdir(parents=True)
+    site = tmp_path / "site"
+    site.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "noexec", "tmpfs", str(prefix)], check=True)
+    try:
+        with pytest.raises(SnapshotError, match=r"does not run on this host \(.*[Pp]ermission"):
+            inst.install(root, packages=site, node=NodeConfig(signing_required=False))
+        assert config.read_text() == V2, "not registered"
+        assert not (root / "usr/local/bin" / inst.SHIM_NAME).exists()
+        assert not list(prefix.iterdir()), "the bundle that failed is gone"
+    finally:
+        subprocess.run(["umount", str(prefix)], check=True)
