@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the agent's DaemonSet: label the node snapshot.nvidia.com/ready=true "
                         "while it runs, and take the label off when it stops because the "
                         "DaemonSet is gone (uninstalled)")  # fmt: skip
+    a.add_argument("--not-beside", metavar="SELECTOR",
+                   help="with --daemonset: no label while pods matching this selector "
+                        "run on the node (the signer, webhook, controller)")  # fmt: skip
 
     n = sub.add_parser("install-node", help="install the shim on a host, register it with "
                        "containerd (the agent's init container runs this)")  # fmt: skip
@@ -235,7 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 background.add(asyncio.create_task(
                     keep_fresh(cfg.signer, args.verify_key_path, args.key_refresh)))  # fmt: skip
             if args.daemonset:
-                await node_ready.mark(api, cfg.node, True)
+                await node_ready.mark_ready(api, cfg.node, args.not_beside)
             log.info("agent for node %s, artifact store %s", cfg.node, cfg.store)
             await run_per_object(agent.reconcile_key, agent.watched(), args.resync,
                                  sanitize=api.sanitize_for_serialization)  # fmt: skip

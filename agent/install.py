@@ -45,7 +45,7 @@ from restore_runtime.criu import runner as criu_runner
 from restore_runtime.errors import SnapshotError
 from restore_runtime.mounts import propagation_problem
 
-from . import bundle
+from . import bundle, prereqs
 
 log = logging.getLogger("snapshot.install")
 
@@ -150,11 +150,10 @@ def install(
     name = _install_bundle(host_prefix, prefix, python,
                            packages or Path(sysconfig.get_paths()["purelib"]))  # fmt: skip
     vdir = prefix / name
-    if check_host and (problem := host_problem(host_root, vdir, python)):
+    if check_host and (found := host_checks(host_root, vdir, python)):
         if bundle.current(host_prefix) != name:
             shutil.rmtree(host_prefix / name, ignore_errors=True)
-        raise SnapshotError(f"the node bundle does not run on this host ({problem}); the "
-                            "runtime is not registered")  # fmt: skip
+        raise SnapshotError(f"{'; '.join(found)}: the runtime is not registered")
     # the settings as the shim reads them: its copies of the key and the credentials
     node = _install_keys(host_prefix, prefix, node, verify_key, sign_key)
     bundle.switch_current(host_prefix, name)
@@ -188,6 +187,14 @@ def _install_bundle(host_prefix: Path, prefix: Path, python: str, site: Path) ->
         return name
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def host_checks(host_root: Path, vdir: Path, python: str) -> list[str]:
+    """What keeps this host from running restores (empty: nothing): the bundle first, then
+    the prerequisites its CRIU and runc need (agent/prereqs.py)."""
+    if problem := host_problem(host_root, vdir, python):
+        return [f"the node bundle does not run on this host ({problem})"]
+    return prereqs.problems(host_root, vdir)
 
 
 def host_problem(host_root: Path, vdir: Path, python: str) -> str | None:

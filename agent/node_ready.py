@@ -9,7 +9,12 @@ place. The agent-node admission policy lets an agent write this label on its own
 Because helm deletes the agent's RBAC beside its DaemonSet, the agent's own removal may come
 too late; the chart's pre-delete hook (``snapshot-agent unlabel-nodes``) removes the label
 from every node first, and an agent's installer removes it from its node before it starts,
-so a label never outlives the shim it stands for."""
+so a label never outlives the shim it stands for.
+
+Restore pods run tenants' code, so a node that also runs the signer (which holds the signing
+key), the webhook or the controller is not made ready by default (``--not-beside``, the
+chart's ``agent.readyBesideControlPlane``): those components' affinity keeps them off ready
+nodes, and this keeps ready nodes off them when they were placed first."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import logging
 
 from kubernetes_asyncio import client
 
-from kubeclient.api import unless_absent
+from kubeclient.api import emit_event, unless_absent
 
 log = logging.getLogger("snapshot.agent")
 READY_LABEL = "snapshot.nvidia.com/ready"
@@ -29,6 +34,29 @@ async def mark(api: client.ApiClient, node: str, ready: bool) -> None:
     body = {"metadata": {"labels": {READY_LABEL: "true" if ready else None}}}
     await client.CoreV1Api(api).patch_node(node, body, _content_type=STRATEGIC)
     log.info("node %s: label %s %s", node, READY_LABEL, "set" if ready else "removed")
+
+
+async def beside(api: client.ApiClient, node: str, selector: str) -> list[str]:
+    """The pods on ``node`` matching the label ``selector`` (namespace/name)."""
+    pods = await client.CoreV1Api(api).list_pod_for_all_namespaces(
+        field_selector=f"spec.nodeName={node}", label_selector=selector)  # fmt: skip
+    return sorted(f"{p.metadata.namespace}/{p.metadata.name}" for p in pods.items
+                  if p.status is None or p.status.phase not in ("Succeeded", "Failed"))  # fmt: skip
+
+
+async def mark_ready(api: client.ApiClient, node: str, not_beside: str | None) -> list[str]:
+    """Set the label unless pods matching ``not_beside`` run on the node; those pods (the
+    label then stays off, and the node gets an Event that names them)."""
+    blockers = await beside(api, node, not_beside) if not_beside else []
+    if not blockers:
+        await mark(api, node, True)
+        return []
+    why = (f"not ready for restore pods: {', '.join(blockers)} run on this node, and restore "
+           "pods run tenants' code (agent.readyBesideControlPlane=true allows it)")  # fmt: skip
+    log.warning("node %s %s", node, why)
+    obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
+    await emit_event(api, obj, "Warning", "SnapshotNodeNotReady", why, "snapshot-agent")
+    return blockers
 
 
 async def unmark_all(api: client.ApiClient) -> list[str]:

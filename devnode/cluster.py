@@ -105,6 +105,8 @@ class Cluster:
             "shimBinDir": str(self.shim_bin_dir),
             "artifactStore": str(self.node.store),
             "kubeletRoot": str(self.kubelet_root),
+            # one node: the control plane's too
+            "readyBesideControlPlane": True,
         },
             # no DNS for Services here: agents reach the signer at a fixed ClusterIP; and this
             # one node is the "GPU" node, where the chart's defaults keep the control plane off

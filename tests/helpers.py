@@ -142,8 +142,8 @@ def shim_packages(dest: Path) -> Path:
     the third-party ones any module of theirs imports, found by importing them all (links,
     which the installer copies)."""
     root = Path(__file__).resolve().parents[1]
-    files = json.loads(subprocess.run([sys.executable, "-c", _IMPORT_ALL, str(root), *SHIM_IMPORTS],
-                                      capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    cmd = [sys.executable, "-c", _IMPORT_ALL, str(root), *SHIM_IMPORTS]
+    files = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
     dest.mkdir()
     for f in files:
         site = next(p for p in Path(f).parents if p.name == "site-packages")

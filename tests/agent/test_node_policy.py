@@ -350,3 +350,35 @@ async def test_the_label_goes_only_when_the_agents_daemonset_is_gone(control_pla
         wait_until(lambda: nodes.get(f"{path}/agent-ds").status_code == 404, what="deleted")
         assert await node_ready.unmark_if_uninstalled(api, "node-b", SYSTEM, "agent-ds")
     assert READY not in nodes.get("/api/v1/nodes/node-b").json()["metadata"]["labels"]
+
+
+async def test_a_node_running_the_control_plane_is_not_made_ready(control_plane, nodes):
+    """Isolation: restore pods run tenants' code, so the agent leaves a node unlabelled while
+    the signer (or the webhook, or the controller) of its release runs there, and says why
+    in an Event on the node; another node is made ready. Against a real API server, with the
+    selector the chart passes."""
+    from agent import node_ready
+    from kubeclient import api as kube
+
+    selector = (
+        "app.kubernetes.io/instance=snap,app.kubernetes.io/component in (signer,webhook,controller)"
+    )
+    labels = {"app.kubernetes.io/instance": "snap", "app.kubernetes.io/component": "signer"}
+    spec = {"nodeName": "node-a", "containers": [{"name": "s", "image": "i:1"}]}
+    signer = {"metadata": {"name": "snap-signer-0", "labels": labels}, "spec": spec}
+    path = f"/api/v1/namespaces/{SYSTEM}/pods"
+    assert nodes.post(path, json=signer).status_code in (201, 409)
+    try:
+        async with await kube.api_client(str(control_plane.kubeconfig)) as api:
+            await node_ready.mark(api, "node-a", False)
+            assert await node_ready.mark_ready(api, "node-a", selector) == [
+                f"{SYSTEM}/snap-signer-0"]  # fmt: skip
+            assert await node_ready.mark_ready(api, "node-b", selector) == []
+        assert READY not in nodes.get("/api/v1/nodes/node-a").json()["metadata"]["labels"]
+        assert nodes.get("/api/v1/nodes/node-b").json()["metadata"]["labels"][READY] == "true"
+        about_a = {"fieldSelector": "involvedObject.name=node-a"}
+        events = nodes.get("/api/v1/namespaces/default/events", params=about_a).json()["items"]
+        assert any(e["reason"] == "SnapshotNodeNotReady" and "snap-signer-0" in e["message"]
+                   for e in events), events  # fmt: skip
+    finally:
+        nodes.delete(f"{path}/snap-signer-0", params={"gracePeriodSeconds": 0})

@@ -165,7 +165,13 @@ def test_no_gpu_node_holds_the_signing_key():
     (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"]  # fmt: skip
     assert term["matchExpressions"] == [
-        {"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]  # fmt: skip
+        {"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]},
+        {"key": "snapshot.nvidia.com/ready", "operator": "NotIn", "values": ["true"]}]  # fmt: skip
+    # and the agent leaves a node where it runs anyway without restore pods
+    (agent_args,) = [c["args"] for c in agent["containers"]]
+    assert ("--not-beside=app.kubernetes.io/instance=snap,app.kubernetes.io/component in "
+            "(signer,webhook,controller)") in agent_args  # fmt: skip
+    assert agent.get("nodeSelector", {}) == {}, "every node by default: no GPU labels needed"
     role = next(r for r in k["ClusterRole"] if r["metadata"]["name"].endswith("-signer"))
     assert {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
             "verbs": ["create"]} in role["rules"]  # fmt: skip
@@ -188,8 +194,11 @@ def test_the_control_plane_stays_off_gpu_nodes_by_default():
     """Isolation round 3, attack 2: the controller (whose token hands PodSnapshots to nodes,
     what the signer trusts) and the webhook (whose node holds its serving key) could be
     scheduled onto GPU nodes. Each control-plane Deployment now requires a node without
-    nvidia.com/gpu.present=true, and a value per component sets another affinity."""
-    no_gpu = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
+    nvidia.com/gpu.present=true, and, as the agent runs on every node by default, one that
+    restore pods are not made for (snapshot.nvidia.com/ready); a value per component sets
+    another affinity."""
+    no_gpu = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]},
+              {"key": "snapshot.nvidia.com/ready", "operator": "NotIn", "values": ["true"]}]
     k = by_kind(chart.render())
     for part in ("controller", "webhook", "signer"):
         deploy = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith(f"-{part}"))
@@ -399,7 +408,7 @@ def test_signing_and_node_installation():
     assert init["command"] == ["snapshot-agent", "install-node"]
     restart = "--restart-command=nsenter --target 1 --mount -- systemctl restart containerd"
     assert restart in init["args"]
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert spec.get("nodeSelector", {}) == {}, "every node: no GPU feature discovery needed"
 
 
 OCI = {"storage.type": "oci", "storage.oci.repository": "oci://registry.internal:5000/snaps",

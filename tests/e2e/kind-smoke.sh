@@ -22,15 +22,11 @@ docker build -q -t snapshot:smoke .
 docker build -q -f examples/cpu_demo/Dockerfile -t snapshot-cpu-demo:0.1 .
 kind create cluster --name "$CLUSTER" --wait 120s
 kind load docker-image --name "$CLUSTER" snapshot:smoke snapshot-cpu-demo:0.1
-# The node needs CRIU >= 4.2 (the shim restores with it); kind's node image is Debian.
-for node in $(kind get nodes --name "$CLUSTER"); do
-  docker cp scripts/setup-system.sh "$node":/setup-system.sh
-  docker exec "$node" bash /setup-system.sh
-done
-
 "$HELM" install snapshot charts/snapshot -n "$NS" --create-namespace --wait --timeout 5m \
   --set image.repository=snapshot --set image.tag=smoke --set image.pullPolicy=Never \
-  --set-json 'agent.nodeSelector={}'
+  --set agent.readyBesideControlPlane=true \
+  --set-json 'signer.affinity=null' --set-json 'webhook.affinity=null' \
+  --set-json 'controller.affinity=null'
 kubectl apply -f examples/cpu_demo/k8s/snapshotjob.yaml
 kubectl wait --for=condition=Completed snapjob/cpu-demo --timeout=10m
 kubectl get podsnap cpu-demo
