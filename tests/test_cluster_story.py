@@ -38,7 +38,7 @@ from devnode import chart, cluster, project_image, smoke_report
 from devnode.cri import Crictl
 from devnode.probe import ask_line, parse
 from tests.conftest import cluster_marks
-from tests.helpers import ask
+from tests.helpers import ask, shim_pids
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "cpu_demo" / "k8s"
@@ -195,6 +195,14 @@ def test_3_deployment_replicas_restore_with_the_source_state(story):
         assert "WARNING" not in log, log
         describe = story.kubectl("-n", NS, "describe", "pod", name)
         assert "RestoreSucceeded" in describe and "criu" in describe, describe
+    # the shims serving them run from the node bundle the image installed, through its loader
+    prefix = Path(story.c.chart_values()["agent"]["shimPrefix"])
+    loader = str(prefix / os.readlink(prefix / "current") / "lib" / "ld-linux")
+    for p in pods:
+        sandbox = story.cri().run("pods", "-q", "--name", p["metadata"]["name"]).stdout.split()
+        pids = shim_pids(sandbox[0])
+        assert pids and all(os.readlink(f"/proc/{pid}/exe").startswith(loader)
+                            for pid in pids), (pids, loader)  # fmt: skip
 
 
 def test_3b_helm_upgrade_keeps_the_key_and_an_earlier_artifact_still_restores(story):
