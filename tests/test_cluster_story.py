@@ -142,6 +142,22 @@ def test_1_helm_install_registers_the_runtime_with_containerd2(story):
     assert labels.get("snapshot.nvidia.com/ready") == "true", labels
     rc = json.loads(story.kubectl("get", "runtimeclass", "snapshot", "-o", "json"))
     assert rc["scheduling"]["nodeSelector"] == {"snapshot.nvidia.com/ready": "true"}
+    # a pod of the class is not scheduled onto a node that is not ready, and is once it is
+    story.kubectl("label", "node", cluster.NODE, "snapshot.nvidia.com/ready-")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waits", "namespace": NS},
+           "spec": {"runtimeClassName": "snapshot", "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "c", "image": story.demo_image,
+                                    "command": ["sleep", "3600"]}]}}  # fmt: skip
+    try:
+        story.kubectl("apply", "-f", "-", input=json.dumps(pod))
+        why = wait_for("the scheduler's reason", lambda: next((
+            c["message"] for c in story.pod("waits")["status"].get("conditions", [])
+            if c["type"] == "PodScheduled" and c["status"] == "False"), None), 60)  # fmt: skip
+        assert "node affinity/selector" in why, why
+    finally:
+        story.kubectl("label", "node", cluster.NODE, "snapshot.nvidia.com/ready=true")
+    wait_for("scheduled once ready", lambda: story.pod("waits")["spec"].get("nodeName"), 60)
+    story.kubectl("-n", NS, "delete", "pod", "waits", "--wait=false")
 
 
 def test_2_a_snapshotjob_makes_a_ready_podsnapshot(story):

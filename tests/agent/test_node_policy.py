@@ -8,6 +8,8 @@ not bound to a pod is denied outright."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from devnode import chart, wait_until
@@ -382,3 +384,35 @@ async def test_a_node_running_the_control_plane_is_not_made_ready(control_plane,
                    for e in events), events  # fmt: skip
     finally:
         nodes.delete(f"{path}/snap-signer-0", params={"gracePeriodSeconds": 0})
+
+
+@pytest.mark.root
+def test_a_node_failing_a_prerequisite_loses_the_label_and_says_why(
+    control_plane, nodes, tmp_path, monkeypatch
+):
+    """install-node (the agent's init container) on a node whose bundle cannot run: its
+    prefix is on a noexec mount. The label an earlier install left goes, nothing is
+    registered, and the node carries an Event that names the reason, against a real API
+    server; the agent never starts there, so nothing labels it again."""
+    from agent import cli
+
+    assert label(nodes, "node-a", {READY: "true"}).status_code == 200
+    prefix = tmp_path / "opt"
+    prefix.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "noexec", "tmpfs", str(prefix)], check=True)
+    config = tmp_path / "config.toml"
+    config.write_text("version = 2\n")
+    monkeypatch.setenv("KUBECONFIG", str(control_plane.kubeconfig))
+    try:
+        rc = cli.main(["install-node", "--host-root=/", f"--prefix={prefix}", "--node=node-a",
+                       f"--bin-dir={tmp_path / 'bin'}", f"--containerd-config={config}",
+                       "--no-signing-required"])  # fmt: skip
+    finally:
+        subprocess.run(["umount", str(prefix)], check=True)
+    assert rc != 0 and config.read_text() == "version = 2\n"
+    assert READY not in nodes.get("/api/v1/nodes/node-a").json()["metadata"]["labels"]
+    about_a = {"fieldSelector": "involvedObject.name=node-a"}
+    events = nodes.get("/api/v1/namespaces/default/events", params=about_a).json()["items"]
+    assert any(e["reason"] == "SnapshotNodeNotReady"
+               and "the node bundle does not run on this host" in e["message"]
+               for e in events), [e["message"] for e in events]  # fmt: skip
