@@ -197,8 +197,10 @@ def test_the_control_plane_stays_off_gpu_nodes_by_default():
     nvidia.com/gpu.present=true, and, as the agent runs on every node by default, one that
     restore pods are not made for (snapshot.nvidia.com/ready); a value per component sets
     another affinity."""
-    no_gpu = [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]},
-              {"key": "snapshot.nvidia.com/ready", "operator": "NotIn", "values": ["true"]}]
+    no_gpu = [
+        {"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]},
+        {"key": "snapshot.nvidia.com/ready", "operator": "NotIn", "values": ["true"]},
+    ]
     k = by_kind(chart.render())
     for part in ("controller", "webhook", "signer"):
         deploy = next(d for d in k["Deployment"] if d["metadata"]["name"].endswith(f"-{part}"))
