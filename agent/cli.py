@@ -102,6 +102,12 @@ def _parser() -> argparse.ArgumentParser:
     n.add_argument("--fill-ledger", type=switch, default=True, metavar="BOOL",
                    help="restores skip hashing memory-file chunks this node already verified, "
                         "on a local store (default true)")  # fmt: skip
+    n.add_argument(
+        "--packages",
+        type=Path,
+        metavar="SITE_PACKAGES",
+        help="the packages the bundle carries (default: this environment's)",
+    )
     n.add_argument("--skip-host-check", dest="check_host", action="store_false",
                    help="do not run the installed interpreter inside the host's root before "
                         "registering it (for a host root that is not a whole system)")  # fmt: skip
@@ -295,8 +301,8 @@ def _install_node(args: argparse.Namespace) -> int:
         verify_key.write_bytes(signer.public_key(wait_s=300.0))
         print(f"verify key: from {signer.url}")
     res = install(args.host_root, args.prefix, args.containerd_config, verify_key,
-                  sign_key=args.sign_key, bin_dir=args.bin_dir, node=node,
-                  check_host=args.check_host)  # fmt: skip
+                  packages=args.packages, sign_key=args.sign_key, bin_dir=args.bin_dir,
+                  node=node, check_host=args.check_host)  # fmt: skip
     print(f"shim: {res.shim}; containerd config {'updated' if res.config_changed else 'unchanged'}")
     # Until containerd has restarted, a marker beside its config says it must: a restart that
     # fails (the init container then fails and runs again) is retried though the config no

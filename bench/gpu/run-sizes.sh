@@ -16,6 +16,8 @@
 #       # profile: no handshake, no adapter); the restore report times the wake
 #   SHIM_ONLY=1 SHIM_TIMEOUT=560 bash bench/gpu/run-sizes.sh 18b
 #       # the curve's largest point (18.1 B parameters), alone in a call
+#   BUNDLE=1 TAG=bundle SHIM_ONLY=1 bash bench/gpu/run-sizes.sh 1.3b
+#       # the shim from the node bundle (.bundle, from bundle-carry.sh), not this machine's Python
 #   TAG=vllm-2 SHIM_ONLY=1 SHIM_FLAGS="--quiesce vllm --engines 2" bash bench/gpu/run-sizes.sh 1.3b
 #       # TAG names the results (gpu-shim-proof-1.3b-vllm-2.json), so runs of one size can
 #       # share a call; LOGS (default $OUT) is where the log archives go
@@ -49,6 +51,16 @@ cp /opt/node/bin/busybox /bin/busybox 2>/dev/null || cp /opt/node/usr/bin/busybo
 export PATH="/opt/node/usr/bin:/opt/node/usr/sbin:$PATH"
 export LD_LIBRARY_PATH="/opt/node/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONUNBUFFERED=1
+if [[ -n "${BUNDLE:-}" ]]; then
+  # the node bundle from bundle-carry.sh: the shim runs from it, with its own loader, libraries
+  # and CRIU, on this host's kernel only
+  tar -C / -xJf .bundle/snapshot-bundle.tar.xz
+  v=/opt/snapshot/current
+  PYTHONHOME=$v/python LC_ALL=C "$v/lib/ld-linux-x86-64.so.2" --library-path "$v/lib" \
+    "$v"/python/bin/python3.* -m compileall -q -j 0 "$v/python/lib" "$v/site-packages" >/dev/null
+  export SNAPSHOT_BUNDLE=$v/bin/shim
+  echo "shim from the node bundle $(readlink $v), on glibc $(ldd --version | head -1 | awk '{print $NF}')"
+fi
 port=18700
 for size in "$@"; do
   case "$size" in

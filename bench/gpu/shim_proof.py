@@ -65,13 +65,18 @@ DEVICES = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm
 
 def shim_bin(work: Path, fill_threads: int = 0) -> Path:
     """containerd finds runtime io.containerd.snapshot.v2 as containerd-shim-snapshot-v2 on
-    its PATH; without an installed package, a wrapper runs the module from this checkout
-    (with the node's fill-thread setting, as the installer's wrapper sets it)."""
+    its PATH; without an installed package, a wrapper runs the module from this checkout, or
+    the node bundle's launcher (with the node's fill-thread setting, as the installer's
+    wrapper sets it)."""
     d = work / "bin"
     d.mkdir(parents=True, exist_ok=True)
     w = d / "containerd-shim-snapshot-v2"
     env = f"{FILL_THREADS_ENV}={fill_threads} " if fill_threads else ""
-    w.write_text(f'#!/bin/sh\n{env}exec {sys.executable} -m shim "$@"\n')
+    # the node bundle's launcher (run-sizes.sh BUNDLE=1), as install-node's wrapper runs it
+    # (its own CRIU, not the one this machine's checkpoints run: SNAPSHOT_CRIU unset)
+    bundle = os.environ.get("SNAPSHOT_BUNDLE")
+    shim = f"env -u SNAPSHOT_CRIU {bundle}" if bundle else f"{sys.executable} -m shim"
+    w.write_text(f'#!/bin/sh\n{env}exec {shim} "$@"\n')
     w.chmod(0o755)
     return d
 
@@ -412,7 +417,7 @@ def main() -> int:
              "kv_gb": args.kv_gb, "engines": args.engines,
              "params": args.engines * gpt_params(args.layers, args.width)}  # fmt: skip
     res: dict = {"command": " ".join(sys.argv), "machine": platform.node(), "ok": False,
-                 "quiesce": args.quiesce,
+                 "quiesce": args.quiesce, "shim": os.environ.get("SNAPSHOT_BUNDLE", "checkout"),
                  "model": "counter (CPU smoke run)" if args.smoke else model}  # fmt: skip
     ctl_a = work / "ctl-a"
     args.out.mkdir(parents=True, exist_ok=True)

@@ -26,8 +26,9 @@ from api.handshake import RESTORE_REPORT
 from devnode import userlands, workloads
 from devnode.containerd import BUSYBOX_IMAGE, Containerd, admitted
 from devnode.cri import Crictl
+from devnode.node_site import site_packages as shim_packages
 from tests.conftest import CONTAINERD2_PROBLEM, CRI_NODE
-from tests.helpers import shim_packages, shim_pids
+from tests.helpers import shim_pids
 
 pytestmark = [
     *CRI_NODE,

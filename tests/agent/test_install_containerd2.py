@@ -22,8 +22,9 @@ from api.handshake import RESTORE_REPORT
 from api.runtime import POD_ANNOTATIONS, RUNTIME_TYPE
 from devnode.containerd import Containerd, admitted
 from devnode.cri import Crictl
+from devnode.node_site import site_packages as shim_packages
 from tests.conftest import CONTAINERD2_PROBLEM, CRI_NODE, VENV_BIN
-from tests.helpers import ask, processes, shim_packages, shim_pids
+from tests.helpers import ask, processes, shim_pids
 from tests.shim.test_cri_restore import PORT, start_pod
 
 pytestmark = [

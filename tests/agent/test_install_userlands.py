@@ -22,9 +22,10 @@ from agent import bundle
 from agent import install as inst
 from api.node import NodeConfig
 from devnode import userlands
+from devnode.node_site import SHIM_IMPORTS
+from devnode.node_site import site_packages as shim_packages
 from restore_runtime.errors import SnapshotError
 from tests.agent.test_install import V2
-from tests.helpers import SHIM_IMPORTS, shim_packages
 
 pytestmark = [
     pytest.mark.root,

@@ -37,4 +37,4 @@ def test_a_bad_setting_names_itself(name, value, why, tmp_path):
 @pytest.mark.parametrize("value", ['runc" ; rm -rf / ; "', "$(id)", "a`b`", "a\\b", "a\nb"])
 def test_the_installer_refuses_a_setting_that_would_break_the_wrapper(value, tmp_path):
     with pytest.raises(SnapshotError, match="may not hold"):
-        wrapper(tmp_path, "python3.11", NodeConfig(runc_binary=value))
+        wrapper(tmp_path, NodeConfig(runc_binary=value))
