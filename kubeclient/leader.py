@@ -7,10 +7,18 @@ and take over once the holder stops renewing.
   machines are never compared.
 - Every write is a compare-and-swap on the Lease's resourceVersion: two candidates racing
   for an expired Lease cannot both win.
-- The holder renews every ``retry_period``; if it cannot renew for ``renew_deadline`` it stops
-  its work before the Lease can expire, so two leaders never work at once.
+- The holder renews every ``retry_period``; if it cannot renew for ``renew_deadline`` (a
+  renew that hangs ends then too) it stops its work before the Lease can expire, so two
+  leaders never work at once.
 - On a graceful stop the holder releases the Lease (empty holder), so a successor takes over
-  at once instead of after ``lease_duration``."""
+  at once instead of after ``lease_duration``.
+
+Why not ``kubernetes_asyncio.leaderelection`` (installed): it never releases the Lease (every
+rolling update would leave the components without a leader for ``lease_duration``), and
+its renew loop puts no deadline on a call, so a renew hung on a stalled API server outlasts
+``renew_deadline`` and the Lease itself: its holder would go on working while another
+replica takes over. Its compare-and-swap (a replace with the read resourceVersion) is the
+same as ours."""
 
 from __future__ import annotations
 
@@ -25,6 +33,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from .api import unless_absent
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +68,7 @@ class LeaderElector:
         back."""
         try:
             while True:
-                while not await self._try_acquire_or_renew():
+                while not await self._attempt(self.renew_deadline):
                     await asyncio.sleep(self.retry_period)
                 self._set_leader(True)
                 task = asyncio.ensure_future(work())
@@ -73,8 +83,8 @@ class LeaderElector:
                     return
         finally:
             if release and self._seen is not None and self._seen[1] == self.identity:
-                with contextlib.suppress(ApiException, OSError):
-                    await self._release()
+                with contextlib.suppress(ApiException, OSError, TimeoutError):
+                    await asyncio.wait_for(self._release(), self.renew_deadline)
 
     # -- the Lease ---------------------------------------------------------------------------
     async def _renew_until_lost(self, task: asyncio.Future) -> bool:
@@ -85,22 +95,35 @@ class LeaderElector:
             await asyncio.wait([task], timeout=self.retry_period)
             if task.done():
                 break
-            if await self._try_acquire_or_renew():
+            # a renew hung on a stalled API server ends with the deadline: the Lease must
+            # not expire under work that still runs
+            left = max(0.0, self.renew_deadline - (time.monotonic() - last_renewal))
+            if await self._attempt(left):
                 last_renewal = time.monotonic()
-            elif time.monotonic() - last_renewal > self.renew_deadline:
+            elif time.monotonic() - last_renewal >= self.renew_deadline:
                 log.error("lease %s/%s: could not renew for %gs; stepping down",
                           self.namespace, self.name, self.renew_deadline)  # fmt: skip
                 return False
         task.result()  # the work ended by itself: its error (if any) surfaces here
         return True
 
+    async def _attempt(self, deadline: float) -> bool:
+        """One try to acquire or renew, given up (as failed) after ``deadline`` seconds."""
+        try:
+            return await asyncio.wait_for(self._try_acquire_or_renew(), deadline)
+        except TimeoutError:
+            log.warning("lease %s/%s: no answer within %gs", self.namespace, self.name, deadline)
+            return False
+
     async def _try_acquire_or_renew(self) -> bool:
         try:
-            lease = await self.leases.read_namespaced_lease(self.name, self.namespace)
+            lease = await unless_absent(
+                self.leases.read_namespaced_lease(self.name, self.namespace)
+            )
         except ApiException as e:
-            if e.status != 404:
-                log.warning("lease %s/%s: %s %s", self.namespace, self.name, e.status, e.reason)
-                return False
+            log.warning("lease %s/%s: %s %s", self.namespace, self.name, e.status, e.reason)
+            return False
+        if lease is None:
             return await self._write(None, transitions=0)
         spec = lease.spec
         holder = spec.holder_identity or ""

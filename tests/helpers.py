@@ -112,3 +112,11 @@ def shim_pids(container_id: str) -> list[int]:
     """The shim server(s) started for a container or pod sandbox (its ``start`` command
     line names the id)."""
     return [int(ln.split()[0]) for ln in processes(f"-id {container_id} .*start")]
+
+
+def mapped_outside(pid: int | str, tree: str) -> list[str]:
+    """The files process ``pid`` maps (its /proc/PID/maps) that are not under ``tree``: what
+    a node bundle's process took from its host."""
+    mapped = {f.strip() for ln in Path(f"/proc/{pid}/maps").read_text().splitlines()
+              for f in ln.split(None, 5)[5:] if f.strip().startswith("/")}  # fmt: skip
+    return sorted(m for m in mapped if not m.startswith(f"{tree.rstrip('/')}/"))

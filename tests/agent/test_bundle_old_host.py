@@ -28,7 +28,7 @@ from devnode.containerd import BUSYBOX_IMAGE, Containerd, admitted
 from devnode.cri import Crictl
 from devnode.node_site import site_packages as shim_packages
 from tests.conftest import CONTAINERD2_PROBLEM, CRI_NODE
-from tests.helpers import shim_pids
+from tests.helpers import mapped_outside, shim_pids
 
 pytestmark = [
     *CRI_NODE,
@@ -108,9 +108,7 @@ def test_a_debian_11_node_restores_with_the_bundle(tmp_path):
         debian = Path(f"/proc/{pid}/root/etc/debian_version").read_text()
         assert debian.startswith("11."), "the shim runs in the Debian 11 root"
         assert os.readlink(f"/proc/{pid}/exe").startswith(f"{bundle}/lib/ld-linux")
-        mapped = {f.strip() for ln in Path(f"/proc/{pid}/maps").read_text().splitlines()
-                  for f in ln.split(None, 5)[5:] if f.strip().startswith("/")}  # fmt: skip
-        foreign = sorted(m for m in mapped if not m.startswith(f"{bundle}/"))
+        foreign = mapped_outside(pid, bundle)
         assert not foreign, f"the shim maps files of the root's own: {foreign}"
     finally:
         for p in pods:

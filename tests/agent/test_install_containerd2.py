@@ -24,7 +24,7 @@ from devnode.containerd import Containerd, admitted
 from devnode.cri import Crictl
 from devnode.node_site import site_packages as shim_packages
 from tests.conftest import CONTAINERD2_PROBLEM, CRI_NODE, VENV_BIN
-from tests.helpers import ask, processes, shim_pids
+from tests.helpers import ask, mapped_outside, processes, shim_pids
 from tests.shim.test_cri_restore import PORT, start_pod
 
 pytestmark = [
@@ -88,9 +88,7 @@ def test_install_node_registers_the_runtime_in_containerd2(tmp_path):
 
         # every file the shim serving the restored pod maps is the bundle's
         pid = shim_pids(dst)[0]
-        mapped = {f.strip() for ln in Path(f"/proc/{pid}/maps").read_text().splitlines()
-                  for f in ln.split(None, 5)[5:] if f.strip().startswith("/")}  # fmt: skip
-        foreign = sorted(m for m in mapped if not m.startswith(f"{bundle}/"))
+        foreign = mapped_outside(pid, bundle)
         assert not foreign, f"the shim maps files from outside its bundle: {foreign}"
     finally:
         for p in pods:

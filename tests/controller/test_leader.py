@@ -3,15 +3,19 @@ kube-apiserver, as two controller replicas would run.
 
 Cases: exactly one leads; when the leader dies without a word, the other takes over within
 the lease duration (and never while the first still leads); when the leader stops
-gracefully, it hands the Lease back and the other takes over at once."""
+gracefully, it hands the Lease back and the other takes over at once; when the API server
+stalls under the leader, it stops its work before its Lease can expire."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 from kubeclient import api as kube
 from kubeclient.leader import LeaderElector
@@ -89,3 +93,59 @@ async def test_one_leader_and_failover(electors, graceful):
         assert took < DURATION, f"a released lease is taken at once, took {took:.2f}s"
     else:  # never before a's lease could have run out: a was renewing until it died
         assert took > DURATION * 0.5, f"took over {took:.2f}s after the kill"
+
+
+class FreezableProxy:
+    """A TCP proxy to the API server that, once frozen, keeps every connection open and
+    forwards nothing more: an API server that stalls mid-flight, as one does under load or
+    behind a dead load balancer."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream, self.frozen = upstream, asyncio.Event()
+
+    async def _pipe(self, reader, writer) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            while data := await reader.read(65536):
+                if self.frozen.is_set():
+                    await asyncio.Event().wait()
+                writer.write(data)
+                await writer.drain()
+
+    async def _serve(self, reader, writer) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+
+async def test_a_stalled_api_server_stops_the_work_within_the_renew_deadline(
+    control_plane, tmp_path
+):
+    """A renew that hangs (the API server accepts and never answers) must not hold the
+    holder's work past renew_deadline: the Lease expires after lease_duration, and another
+    replica then leads. Before the fix, the work ran on while the renew call waited."""
+    cfg = yaml.safe_load(control_plane.kubeconfig.read_text())
+    url = urlsplit(cfg["clusters"][0]["cluster"]["server"])
+    proxy = FreezableProxy((url.hostname, url.port))
+    port = await proxy.start()
+    cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(cfg))
+    race = Race()
+    async with await kube.api_client(str(kubeconfig)) as api:
+        elector = LeaderElector(api, "default", f"lease-{uuid.uuid4().hex[:6]}", "a",
+                                lease_duration=DURATION, renew_deadline=DURATION * 0.75,
+                                retry_period=RETRY, on_change=race.reporter("a"))  # fmt: skip
+        run = asyncio.ensure_future(elector.run(_work, release=False))
+        await _until(lambda: "a" in race.leading, 10)
+        proxy.frozen.set()
+        frozen_at = time.monotonic()
+        await _until(lambda: "a" not in race.leading, 10)
+        stopped_after = time.monotonic() - frozen_at
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+    proxy.server.close()
+    assert stopped_after < DURATION, f"worked {stopped_after:.2f}s into a stalled API server"
