@@ -156,7 +156,10 @@ def run_command(vdir: Path, program: Path, loader: str) -> list[str]:
 
 
 def python_command(vdir: Path, python: str, loader: str) -> list[str]:
-    return run_command(vdir, vdir / "python" / "bin" / python, loader)
+    """The bundle's interpreter in isolated mode (-I): it finds its standard library from
+    its own path and ignores PYTHONPATH and every other PYTHON* variable of the host's
+    (a PYTHONPATH in containerd's environment put another Python's packages first)."""
+    return [*run_command(vdir, vdir / "python" / "bin" / python, loader), "-I"]
 
 
 def python_env(vdir: Path) -> dict[str, str]:
@@ -164,7 +167,6 @@ def python_env(vdir: Path) -> dict[str, str]:
     C, the C library reads the host's locale files, whose format is the host's glibc's; in
     C, Python still runs in UTF-8 (PEP 540)."""
     return {
-        "PYTHONHOME": str(vdir / "python"),
         "LC_ALL": "C",
         "CRIU_LIBS_DIR": str(vdir / "lib" / "criu"),  # never the host's plugins
     }
@@ -173,10 +175,10 @@ def python_env(vdir: Path) -> dict[str, str]:
 def shim_boot(vdir: Path) -> str:
     """The interpreter's ``-c`` program. The packages directory is added as a site directory,
     not through PYTHONPATH, so that its .pth files (namespace and editable installs) count.
-    The environment has been read by then: out of it, so that nothing the shim starts (a
-    hook of CRIU's in Python, say) takes the bundle's files for its own."""
+    The locale has been read by then: out of the environment, so that what the shim starts
+    runs in the host's own."""
     return ("import os, runpy, site; "
-            "[os.environ.pop(k, None) for k in ('PYTHONHOME', 'LC_ALL')]; "
+            "os.environ.pop('LC_ALL', None); "
             f"site.addsitedir({str(vdir / 'site-packages')!r}); "
             "runpy.run_module('shim', run_name='__main__', alter_sys=True)")  # fmt: skip
 

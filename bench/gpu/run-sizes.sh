@@ -56,8 +56,8 @@ if [[ -n "${BUNDLE:-}" ]]; then
   # and CRIU, on this host's kernel only
   tar -C / -xJf .bundle/snapshot-bundle.tar.xz
   v=/opt/snapshot/current
-  PYTHONHOME=$v/python LC_ALL=C "$v/lib/ld-linux-x86-64.so.2" --library-path "$v/lib" \
-    "$v"/python/bin/python3.* -m compileall -q -j 0 "$v/python/lib" "$v/site-packages" >/dev/null
+  LC_ALL=C "$v/lib/ld-linux-x86-64.so.2" --library-path "$v/lib" \
+    "$v"/python/bin/python3.* -I -m compileall -q -j 0 "$v/python/lib" "$v/site-packages" >/dev/null
   export SNAPSHOT_BUNDLE=$v/bin/shim
   echo "shim from the node bundle $(readlink $v), on glibc $(ldd --version | head -1 | awk '{print $NF}')"
 fi

@@ -101,6 +101,15 @@ def test_install_into_a_host_root(tmp_path):
                          text=True, env=env, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "snapshot-shim" in out.stdout
+    # A PYTHONPATH in containerd's environment (a GPU run's, with another Python's packages)
+    # is not the bundle's: a shim package there that would fail is never imported.
+    hostile = tmp_path / "hostile"
+    (hostile / "shim").mkdir(parents=True)
+    (hostile / "shim" / "__init__.py").write_text("raise SystemExit('the host PYTHONPATH')\n")
+    env["PYTHONPATH"] = str(hostile)
+    out = subprocess.run([*cmd, "-c", bundle.shim_boot(vdir), "-v"], capture_output=True,
+                         text=True, env=env, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0 and "snapshot-shim" in out.stdout, out.stderr
     launcher = (vdir / "bin/shim").read_text()
     assert "LD_LIBRARY_PATH" not in launcher and "LD_LIBRARY_PATH" not in text
     assert f'"{res.bundle}/lib/ld-linux' in launcher, "the bundle's own loader"
