@@ -25,13 +25,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # cryptography costs ~0.1s to import; only signing needs it
-    from restore_runtime.artifact.signing import VerifyKey
-
 
 from api.annotations import RestoreOutcome
 from api.manifest import CRIU_DIR, MANIFEST_NAME, FileEntry, Manifest
@@ -51,6 +45,7 @@ from ..netns import global_addresses, netns_path, rebind_map
 from ..progress import Progress
 from ..timing import PhaseTimer
 from . import workdir
+from .restore_request import RestoreRequest
 from .tree_access import criu_restore
 
 log = logging.getLogger(__name__)
@@ -59,43 +54,6 @@ log = logging.getLogger(__name__)
 _PAGE_IMAGE = re.compile(rf"^{CRIU_DIR}/pages-\d+\.img$")
 #: How long close() waits for a killed tree's PIDs to be free again.
 _REAP_TIMEOUT_S = 10.0
-
-
-@dataclass
-class RestoreRequest:
-    artifact: Path
-    pidfile: Path | None = None
-    verify_key: VerifyKey | None = None
-    control_dir: Path | None = None
-    #: network namespace to restore into (name under /run/netns or a path); default: ours
-    netns: str | None = None
-    skip_compat: bool = False
-    image_digest: str | None = None
-    #: the new container's root, which receives the artifact's rootfs diff (containers only)
-    rootfs: Path | None = None
-    #: the CRIU version, when the caller read it itself (the shim, through its reaper: no
-    #: subprocess of the engine's may race the shim's waitpid(-1))
-    criu_version: str | None = None
-    #: Binding (the shim sets all three; snapshotctl none): the artifact must lie under
-    #: ``store_root``, be made in ``namespace``, and have the manifest digest admitted
-    store_root: Path | None = None
-    namespace: str | None = None
-    admitted_digest: str | None = None
-    #: refuse an artifact without a valid signature (needs ``verify_key``)
-    require_signature: bool = False
-    #: the container's OCI spec: restored credentials may not exceed what it grants
-    oci_spec: dict | None = None
-    #: where CRIU's log of a failed restore is kept (else it is logged)
-    log_dir: Path | None = None
-    #: the restore's work directory (staged images, CRIU's logs): the shim names one under
-    #: the container's own state directory, which its delete removes even when the shim
-    #: died mid-restore; a random directory in /tmp otherwise
-    work_dir: Path | None = None
-    #: threads that fill the memory file into the tree (memfill.py); default min(CPUs, 16)
-    fill_threads: int | None = None
-    #: a root-only directory where this node records the memory-file chunks restores have
-    #: verified (fill_ledger.py); None: every chunk is hashed
-    fill_ledger: Path | None = None
 
 
 class Restore:
@@ -135,101 +93,119 @@ class Restore:
 
     # -- before the tree is restored ------------------------------------------------------
     def _prepare(self) -> None:
-        req = self.req
         with self.phase("verify"):
-            # Nothing under a path the pod named is read before it is known to lie in the
-            # store (a FIFO there would hang the read).
-            bound = req.store_root is not None
-            if bound:
-                self.artifact = binding.in_store(self.artifact, req.store_root)
-                binding.root_only(self.artifact, req.store_root)
-            # read once: the digest admitted and the manifest planned are of the same bytes
-            raw = _read_manifest(self.artifact)
-            self.digest = "sha256:" + hashlib.sha256(raw).hexdigest() if raw else "unreadable"
-            if bound:
-                binding.admitted(self.digest, req.admitted_digest)
-            if req.require_signature and req.verify_key is None:
-                raise SnapshotError("signed artifacts are required, but no verify key is set "
-                                    "(the node's SNAPSHOT_VERIFY_KEY)")  # fmt: skip
-            with self.timer.step("plan"):  # manifest, signature, paths, sizes
-                manifest, problems, jobs = plan(self.artifact, req.verify_key, raw)
-            if problems or manifest is None:
-                raise VerificationError(problems)
-            if bound:
-                binding.for_namespace(manifest, req.namespace or "")
-            pages = [j for j in jobs if _PAGE_IMAGE.match(j.entry.path)]
-            # the memory file is hashed as it is filled into the tree (memfill.py)
-            self.memory = next((j.entry for j in jobs if j.entry.path == MEMORY_PAGES), None)
-            # everything but the pages is read once, into the work directory, and used from
-            # there: CRIU's core images, the memory index, the rootfs diff
-            with self.timer.step("hash-core"):
-                problems = copy_verified([j for j in jobs if j not in pages
-                                          and j.entry is not self.memory],
-                                         self.artifact, self.verified,
-                                         manifest.file_digest)  # fmt: skip
-            if problems:
-                raise VerificationError(problems)
-            if req.oci_spec is not None:
-                # on the verified core images, before the page hashing starts: its threads
-                # hold the GIL between chunks and slowed this Python work up to 14-fold
-                with self.timer.step("creds"):
-                    why = creds.check(creds.load(self.verified / CRIU_DIR), req.oci_spec)
-                if why:
-                    raise SnapshotError("the images ask for more privilege than the container's "
-                                        "spec grants:\n  " + "\n  ".join(why))  # fmt: skip
-            self.manifest = manifest
-        step = self.timer.step
+            manifest, pages = self._verify()
         with self.phase("setup"):
-            # the shim read CRIU's version ahead (req.criu_version); asking again here cost
-            # a restore from `ctr run` 0.09 s on an H100 node
-            criu = runner.require_version(req.criu_version)
-            # cuInit goes on meanwhile; the gates read GPUs from /proc
-            with step("host"):
-                host = host_info(None, req.image_digest, manifest.uses_cuda, criu)
-            # Opening the CUDA driver (cuInit, ~0.2 s) overlaps the rest of the setup, CRIU
-            # and the fill. Started before this step, it slowed the step's reads of the
-            # driver's /proc files and version 0.009 -> 0.08 s in a pod on an H100 node.
-            if manifest.uses_cuda:
-                self._cuda = self._pool.submit(_open_cuda)
-                if not host.gpus:  # no /proc inventory: ask CUDA
-                    with step("host-cuda"):
-                        host = host_info(self._driver(), req.image_digest, criu=criu)
-            with step("compat"):
-                if manifest.uses_cuda:  # only onto the GPUs this container was given
-                    host.gpus = allocated_gpus(req.oci_spec, host.gpus, proc_gpu_minors())
-                if not req.skip_compat and (reasons := check(manifest.compat, host)):
-                    raise IncompatibleError(reasons)
-            self.host = host
-            with step("stage"):
-                workdir.stage_images(self.artifact / CRIU_DIR, self.verified / CRIU_DIR, self.work)
-            if req.rootfs is not None:
-                with step("rootfs"):
-                    apply_rootfs_diff(self.verified, req.rootfs)
-            target_ns = netns_path(req.netns) if req.netns else "/proc/self/ns/net"
-            if manifest.network.external_netns:
-                self.netns = target_ns
-                self.new_ips = global_addresses(target_ns)
-            mapping = rebind_map(manifest.network.pod_ips, self.new_ips)
-            if mapping:
-                with step("rebind"):
-                    n = images.rebind(self.verified / CRIU_DIR, self.images, mapping)
-                log.info("rebound %d socket address(es): %s", n, mapping)
-            elif req.netns and not manifest.network.external_netns:
-                raise SnapshotError(
-                    "the source shared the host's network namespace; it cannot be restored "
-                    f"into {req.netns}"
-                )
-        # Hashing starts only now, as CRIU is about to: its threads take the GIL back after
-        # every chunk, which slowed the setup phase's Python work (the rootfs diff, imports)
-        # several-fold when they ran beside it (0.64 s of setup on a GPU node, 0.03 s
-        # without), and CRIU's restore hides them anyway. Nothing Python-heavy runs beside the
-        # critical path for the same reason: a thread importing pyroute2 during verification
-        # made it 0.65 s slower there.
+            self._gate(manifest)
+            self._stage(manifest)
+            self._rebind(manifest)
+        self._verify_the_rest_meanwhile(manifest, pages)
+
+    def _verify(self) -> tuple[Manifest, list]:
+        """The artifact's binding, manifest and signature, then every file CRIU parses
+        copied into the work directory and hashed there, then the credentials its images
+        ask for. Returns the manifest and the page images' jobs (hashed later)."""
+        req = self.req
+        # Nothing under a path the pod named is read before it is known to lie in the store
+        # (a FIFO there would hang the read).
+        bound = req.store_root is not None
+        if bound:
+            self.artifact = binding.in_store(self.artifact, req.store_root)
+            binding.root_only(self.artifact, req.store_root)
+        # read once: the digest admitted and the manifest planned are of the same bytes
+        raw = _read_manifest(self.artifact)
+        self.digest = "sha256:" + hashlib.sha256(raw).hexdigest() if raw else "unreadable"
+        if bound:
+            binding.admitted(self.digest, req.admitted_digest)
+        if req.require_signature and req.verify_key is None:
+            raise SnapshotError("signed artifacts are required, but no verify key is set "
+                                "(the node's SNAPSHOT_VERIFY_KEY)")  # fmt: skip
+        with self.timer.step("plan"):  # manifest, signature, paths, sizes
+            manifest, problems, jobs = plan(self.artifact, req.verify_key, raw)
+        if problems or manifest is None:
+            raise VerificationError(problems)
+        if bound:
+            binding.for_namespace(manifest, req.namespace or "")
+        pages = [j for j in jobs if _PAGE_IMAGE.match(j.entry.path)]
+        # the memory file is hashed as it is filled into the tree (memfill.py)
+        self.memory = next((j.entry for j in jobs if j.entry.path == MEMORY_PAGES), None)
+        # everything but the pages is read once, into the work directory, and used from
+        # there: CRIU's core images, the memory index, the rootfs diff
+        core = [j for j in jobs if j not in pages and j.entry is not self.memory]
+        with self.timer.step("hash-core"):
+            problems = copy_verified(core, self.artifact, self.verified, manifest.file_digest)
+        if problems:
+            raise VerificationError(problems)
+        if req.oci_spec is not None:
+            # before the page hashing starts: its threads would slow this Python work
+            with self.timer.step("creds"):
+                why = creds.check(creds.load(self.verified / CRIU_DIR), req.oci_spec)
+            if why:
+                raise SnapshotError("the images ask for more privilege than the container's "
+                                    "spec grants:\n  " + "\n  ".join(why))  # fmt: skip
+        self.manifest = manifest
+        return manifest, pages
+
+    def _gate(self, manifest: Manifest) -> None:
+        """This host against the one the artifact was made on: CRIU, kernel, GPUs (only
+        those the container was given), driver. Opening the CUDA driver starts here and
+        overlaps the rest of the restore."""
+        req, step = self.req, self.timer.step
+        # the shim read CRIU's version ahead (req.criu_version): asking again costs a
+        # subprocess on the critical path
+        criu = runner.require_version(req.criu_version)
+        with step("host"):  # the GPUs from /proc: no cuInit on the critical path
+            host = host_info(None, req.image_digest, manifest.uses_cuda, criu)
+        if manifest.uses_cuda:
+            # after the host step: cuInit beside it slows its reads of the driver's files
+            self._cuda = self._pool.submit(_open_cuda)
+            if not host.gpus:  # no /proc inventory: ask CUDA
+                with step("host-cuda"):
+                    host = host_info(self._driver(), req.image_digest, criu=criu)
+        with step("compat"):
+            if manifest.uses_cuda:  # only onto the GPUs this container was given
+                host.gpus = allocated_gpus(req.oci_spec, host.gpus, proc_gpu_minors())
+            if not req.skip_compat and (reasons := check(manifest.compat, host)):
+                raise IncompatibleError(reasons)
+        self.host = host
+
+    def _stage(self, manifest: Manifest) -> None:
+        """CRIU's images in their private view, and the artifact's rootfs diff applied to
+        the new container's root."""
+        with self.timer.step("stage"):
+            workdir.stage_images(self.artifact / CRIU_DIR, self.verified / CRIU_DIR, self.work)
+        if self.req.rootfs is not None:
+            with self.timer.step("rootfs"):
+                apply_rootfs_diff(self.verified, self.req.rootfs)
+
+    def _rebind(self, manifest: Manifest) -> None:
+        """The sockets the source bound to its pod IPs, rewritten in the images to this
+        pod's addresses."""
+        req = self.req
+        target_ns = netns_path(req.netns) if req.netns else "/proc/self/ns/net"
+        if manifest.network.external_netns:
+            self.netns = target_ns
+            self.new_ips = global_addresses(target_ns)
+        mapping = rebind_map(manifest.network.pod_ips, self.new_ips)
+        if mapping:
+            with self.timer.step("rebind"):
+                n = images.rebind(self.verified / CRIU_DIR, self.images, mapping)
+            log.info("rebound %d socket address(es): %s", n, mapping)
+        elif req.netns and not manifest.network.external_netns:
+            raise SnapshotError(
+                "the source shared the host's network namespace; it cannot be restored "
+                f"into {req.netns}"
+            )
+
+    def _verify_the_rest_meanwhile(self, manifest: Manifest, pages: list) -> None:
+        """The page images hashed, and the memory index checked, while CRIU restores the
+        tree (left stopped): started only now, because their threads take the GIL back after
+        every chunk and slowed the Python work above several-fold when they ran beside it.
+        The tree continues only once every digest matched (finish)."""
         self._late = self._pool.submit(check_digests, pages, manifest.file_digest, None,
                                        self.progress.add_bytes)  # fmt: skip
-        # The memory index (0.1 s of protobuf parsing for a 1.3 B worker) is checked while
-        # CRIU restores, which is a subprocess: it is first needed by the fill, and a range
-        # that does not fit the restored mappings kills the tree there.
+        # the index is first needed by the fill; a range that does not fit the restored
+        # mappings kills the tree there
         if self.memory is not None:
             self._index = self._pool.submit(_memory_index, self.verified, self.memory.size)
 
@@ -258,28 +234,8 @@ class Restore:
         if self.memory is not None and self._index is not None:
             with self.phase("index-wait"):
                 self.memory_index = self._index.result()
-            pages = self.artifact / MEMORY_PAGES
             with self.phase("fill"):
-                # one descriptor for the ledger's identity and every chunk's read: a swapped
-                # parent directory cannot put other bytes behind a trusted mark
-                fd = os.open(pages, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-                try:
-                    ledger = None
-                    if self.req.fill_ledger is not None:
-                        ledger = Ledger.open(self.req.fill_ledger, fd, manifest.file_digest,
-                                             self.memory.digests)  # fmt: skip
-                    filled = memfill.fill(
-                        fd,
-                        manifest.chunk_size,
-                        self.memory.digests,
-                        manifest.file_digest,
-                        self.memory_index.ranges,
-                        procs.host_pids_by_ns_pid(pid),
-                        self.req.fill_threads or memfill.default_workers(),
-                        ledger,
-                    )
-                finally:
-                    os.close(fd)
+                filled = self._fill(pid)
             self.filled = filled.bytes
             log.info("filled %.2f GB of memory in %.2fs with %d thread(s) (%d chunk(s) "
                      "hashed, %d verified before on this node)", filled.bytes / 1e9,
@@ -312,6 +268,28 @@ class Restore:
             timings=self.timer.result(),
             fillBytes=self.filled,
         )
+
+    def _fill(self, pid: int) -> memfill.FillResult:
+        """The memory file written into the stopped tree by many threads, each chunk hashed
+        as it is written (or trusted from this node's ledger)."""
+        assert self.manifest is not None and self.memory is not None
+        assert self.memory_index is not None
+        manifest = self.manifest
+        # one descriptor for the ledger's identity and every chunk's read: a swapped parent
+        # directory cannot put other bytes behind a trusted mark
+        fd = os.open(self.artifact / MEMORY_PAGES, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            ledger = None
+            if self.req.fill_ledger is not None:
+                ledger = Ledger.open(self.req.fill_ledger, fd, manifest.file_digest,
+                                     self.memory.digests)  # fmt: skip
+            return memfill.fill(fd, manifest.chunk_size, self.memory.digests,
+                                manifest.file_digest, self.memory_index.ranges,
+                                procs.host_pids_by_ns_pid(pid),
+                                self.req.fill_threads or memfill.default_workers(),
+                                ledger)  # fmt: skip
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         """Release everything; after a failure, kill the restored tree and return only once
