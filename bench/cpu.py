@@ -64,7 +64,7 @@ class Bench:
         return d
 
     def pod(self, name: str, control: Path, model: str, annotations: dict | None = None):
-        pod, ctr = start_pod(self.cri, name, control, annotations, model)
+        pod, ctr, _ = start_pod(self.cri, name, control, annotations, model)
         self.pods.append(pod)
         return pod, ctr
 

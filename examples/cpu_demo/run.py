@@ -6,7 +6,8 @@ API (crictl, as the kubelet would):
 
 1. runs pod A with the scikit-learn workload (examples/cpu_demo/workload.py, a random forest
    trained on the digits data set that ships inside scikit-learn) and times its cold start
-   to the first correct answer on its pod IP;
+   to the first correct answer on its pod IP, from its sandbox's start (as the kubelet
+   creates a container in a running sandbox), and with the sandbox counted too;
 2. checkpoints pod A's container through the engine (workload handshake, runc + CRIU, a
    signed and verified artifact);
 3. runs pod B, annotated with the artifact, under the shim, which restores it; times pod B
@@ -40,17 +41,19 @@ IMAGE = "localhost/snapshot/busybox:1"
 
 
 def start_pod(cri: Crictl, name: str, control: Path, annotations: dict | None = None,
-              model: str = "digits") -> tuple[str, str]:  # fmt: skip
+              model: str = "digits") -> tuple[str, str, float]:  # fmt: skip
     """A pod with the workload (``model``: digits or large) under handler snapshot; with the
-    artifact annotation, the shim restores it instead. Returns (pod, container)."""
+    artifact annotation, the shim restores it instead. Returns (pod, container, the
+    monotonic time its sandbox was up: where the kubelet starts a container)."""
     uid = uuid.uuid4().hex
     pod, cfg = cri.run_pod(f"{name}-{uid[:5]}", "snapshot", annotations, uid=uid)
+    sandbox_up = time.monotonic()
     mounts = (*workloads.mounts(), workloads.control_mount(control, uid))
     command = workloads.command(["-m", "examples.cpu_demo.workload"], PORT, model)
     ctr = cri.create(pod, cfg, "model", IMAGE, command, mounts,
                      env={"SNAPSHOT_CONTROL_DIR": "/snapshot-control"})  # fmt: skip
     cri.run("start", ctr)
-    return pod, ctr
+    return pod, ctr, sandbox_up
 
 
 def run(work: Path, node: Containerd) -> dict:
@@ -61,24 +64,29 @@ def run(work: Path, node: Containerd) -> dict:
     ctl_b.mkdir()
 
     t0 = time.monotonic()
-    pod_a, ctr_a = start_pod(cri, "model-a", ctl_a)
+    pod_a, ctr_a, up_a = start_pod(cri, "model-a", ctl_a)
     ip_a = cri.pod_ip(pod_a)
-    cold_s, line = first_response(ip_a, PORT, t0, 300)
+    cold_s, line = first_response(ip_a, PORT, up_a, 300)
     reference = parse(line)["digest"]
+    cold_pod_s = cold_s + (up_a - t0)
 
     t0 = time.monotonic()
     art = node.checkpoint(ctr_a, f"model-a-{uuid.uuid4().hex[:6]}", control_dir=ctl_a)
     checkpoint_s = time.monotonic() - t0
 
     t0 = time.monotonic()
-    pod_b, _ = start_pod(cri, "model-b", ctl_b, admitted(art))
+    pod_b, _, up_b = start_pod(cri, "model-b", ctl_b, admitted(art))
     ip_b = cri.pod_ip(pod_b)
-    restore_s, line = first_response(ip_b, PORT, t0, 120)
+    restore_s, line = first_response(ip_b, PORT, up_b, 120)
+    restore_pod_s = restore_s + (up_b - t0)
     report = json.loads((ctl_b / RESTORE_REPORT).read_text())
     return {
         "cold_start_s": round(cold_s, 3),
         "checkpoint_s": round(checkpoint_s, 3),
         "restore_s": round(restore_s, 3),
+        # with the pod's sandbox (and its CNI) counted in both
+        "cold_start_with_sandbox_s": round(cold_pod_s, 3),
+        "restore_with_sandbox_s": round(restore_pod_s, 3),
         "first_response_ok": parse(line)["digest"] == reference and report["outcome"] == "restored",
         "speedup": round(cold_s / restore_s, 2),
         "artifact_bytes": art.manifest.size_bytes,
@@ -104,14 +112,27 @@ def main() -> int:
     rep = r["restore_report"]
     phases = phases_text(rep["timings"])
     print("Snapshot CPU demo: scikit-learn random forest (digits) in a pod, containerd + shim")
+    print("  (each container started in its pod's running sandbox, as the kubelet starts it)")
     print(f"  {'pod A cold start to first answer':36} {r['cold_start_s']:8.2f} s")
     print(f"  {'checkpoint (' + human(r['artifact_bytes']) + ')':36} {r['checkpoint_s']:8.2f} s")
     print(f"  {'pod B restore to first correct answer':36} {r['restore_s']:8.2f} s")
     print(f"  {'  shim restore phases':36} {phases}")
     print(f"  {'speed-up':36} {r['speedup']:8.1f} x")
+    with_sandbox = r["cold_start_with_sandbox_s"] / r["restore_with_sandbox_s"]
+    print(
+        f"  {'  with the sandboxes counted':36} {with_sandbox:8.1f} x "
+        f"({r['cold_start_with_sandbox_s']:.2f} s / {r['restore_with_sandbox_s']:.2f} s)"
+    )
     print(f"  {'pod IPs (A -> B)':36} {r['pod_ips'][0]} -> {r['pod_ips'][1]}")
     print(f"  {'answer identical, report restored':36} {r['first_response_ok']!s:>8}")
-    keys = ("cold_start_s", "checkpoint_s", "restore_s", "first_response_ok")
+    keys = (
+        "cold_start_s",
+        "checkpoint_s",
+        "restore_s",
+        "cold_start_with_sandbox_s",
+        "restore_with_sandbox_s",
+        "first_response_ok",
+    )
     print(json.dumps({k: r[k] for k in keys}))
     return 0 if r["first_response_ok"] else 1
 
