@@ -251,13 +251,18 @@ def in_use(prefixes: tuple[Path, ...], proc: Path = Path("/proc")) -> set[str]:
     return used
 
 
+#: what install-node makes under the prefix and may remove: a version, a staging left by an
+#: install that died, and the single tree (python/, site-packages/) from before the bundle
+OURS = re.compile(r"^(\d[\w.+]*-[0-9a-f]{12}|\.staging-\d+|python|site-packages)$")
+
+
 def prune(host_prefix: Path, prefix: Path, keep: str) -> list[str]:
-    """Remove the versions (and the single-tree layout before the bundle) that are not
-    ``keep`` and that no process runs from; returns what went."""
+    """Remove what install-node made (``OURS``) that is not ``keep`` and that no process
+    runs from; anything else an admin keeps under the prefix stays. Returns what went."""
     busy = in_use((prefix, host_prefix))
     gone = []
     for d in host_prefix.iterdir():
-        if d.name in (keep, CURRENT, "keys") or d.name in busy or d.is_symlink():
+        if d.name == keep or d.name in busy or not OURS.match(d.name) or d.is_symlink():
             continue
         if d.is_dir():
             shutil.rmtree(d)

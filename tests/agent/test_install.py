@@ -244,5 +244,7 @@ def test_an_upgrade_switches_current_and_keeps_what_runs(tmp_path):
     finally:
         running.kill()
         running.wait()
+    (prefix / "admin-notes").mkdir()  # not install-node's: kept
     inst.install(host, packages=packages, node=node, check_host=False)
-    assert sorted(p.name for p in prefix.iterdir()) == sorted(["current", "keys", second.name])
+    assert sorted(p.name for p in prefix.iterdir()) == sorted(
+        ["admin-notes", "current", "keys", second.name])  # fmt: skip
