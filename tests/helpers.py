@@ -10,7 +10,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import yaml
 
 from devnode import free_port
 from devnode.probe import first_response, parse
@@ -120,3 +123,16 @@ def mapped_outside(pid: int | str, tree: str) -> list[str]:
     mapped = {f.strip() for ln in Path(f"/proc/{pid}/maps").read_text().splitlines()
               for f in ln.split(None, 5)[5:] if f.strip().startswith("/")}  # fmt: skip
     return sorted(m for m in mapped if not m.startswith(f"{tree.rstrip('/')}/"))
+
+
+@contextlib.contextmanager
+def hung_api_server(kubeconfig: Path, dest: Path) -> Iterator[Path]:
+    """A copy of ``kubeconfig`` (at ``dest``) whose server accepts connections and never
+    answers: a real listening socket that reads nothing."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)
+        cfg = yaml.safe_load(kubeconfig.read_text())
+        cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{hole.getsockname()[1]}"
+        dest.write_text(yaml.safe_dump(cfg))
+        yield dest

@@ -5,25 +5,18 @@ fails with one line and its pod restarts) instead of holding the start forever."
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
-import yaml
 
 from kubeclient import api as kube
 from kubeclient import owned
+from tests.helpers import hung_api_server
 
 
 @pytest.mark.parametrize("what", ["secret", "configmap"])
 async def test_a_hung_api_server_ends_at_the_deadline(control_plane, tmp_path, what):
-    with socket.socket() as hole:
-        hole.bind(("127.0.0.1", 0))
-        hole.listen(16)
-        cfg = yaml.safe_load(control_plane.kubeconfig.read_text())
-        cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{hole.getsockname()[1]}"
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(cfg))
+    with hung_api_server(control_plane.kubeconfig, tmp_path / "kubeconfig") as kubeconfig:
         async with await kube.api_client(str(kubeconfig)) as api:
             t0 = time.monotonic()
             with pytest.raises(TimeoutError):

@@ -25,6 +25,7 @@ from devnode import chart, wait_until
 from devnode.webhook import signer_process
 from restore_runtime.artifact import signing
 from tests.controller.objects import bound_pod
+from tests.helpers import hung_api_server
 
 pytestmark = [
     pytest.mark.slow,
@@ -223,10 +224,7 @@ def test_a_hung_api_server_gives_a_503_within_the_review_deadline(control_plane,
     the review's deadline; the few review slots are not held forever."""
     import base64 as b64
     import json
-    import socket
     import time
-
-    import yaml
 
     from signer.identity import REVIEW_TIMEOUT_S
 
@@ -235,16 +233,11 @@ def test_a_hung_api_server_gives_a_503_within_the_review_deadline(control_plane,
     token = f"eyJhbGciOiJSUzI1NiJ9.{payload}.c2ln"  # shaped right: it reaches the review
     key = tmp_path / "private.pem"
     signing.generate_keypair(key, tmp_path / "public.pem")
-    with socket.socket() as hole:
-        hole.bind(("127.0.0.1", 0))
-        hole.listen(16)
-        cfg = yaml.safe_load(control_plane.kubeconfig.read_text())
-        cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{hole.getsockname()[1]}"
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(cfg))
-        with signer_process(tmp_path, kubeconfig, key, f"{SYSTEM}:{AGENT}") as signer:
-            t0 = time.monotonic()
-            r = ask(signer, token, SignRequest.of(NS, "x", "u", manifest(NS, "x", "u")))
-            elapsed = time.monotonic() - t0
+    hung = hung_api_server(control_plane.kubeconfig, tmp_path / "kubeconfig")
+    agents = f"{SYSTEM}:{AGENT}"
+    with hung as kubeconfig, signer_process(tmp_path, kubeconfig, key, agents) as signer:
+        t0 = time.monotonic()
+        r = ask(signer, token, SignRequest.of(NS, "x", "u", manifest(NS, "x", "u")))
+        elapsed = time.monotonic() - t0
     assert r.status_code == 503 and "cannot review the token" in r.json()["error"], r.text
     assert elapsed < REVIEW_TIMEOUT_S + 5

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import threading
 import time
 import uuid
 
 import jsonpatch
 import pytest
-import yaml
 
 from api import annotations as ann
 from devnode.webhook import webhook_process
+from tests.helpers import hung_api_server
 from tests.webhook import objects
 from tests.webhook.conftest import chart_webhook_registered
 
@@ -250,18 +249,12 @@ def test_health_and_metrics(cluster, webhook):
 def test_unreachable_api_server_is_answered_within_the_timeout(cluster, tmp_path):
     """An API server that accepts connections and never answers (a real listening socket that
     reads nothing) must not hang admission: the lookup budget applies the pod's policy."""
-    with socket.socket() as hole:
-        hole.bind(("127.0.0.1", 0))
-        hole.listen(16)
-        cfg = yaml.safe_load(cluster.kubeconfig.read_text())
-        cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{hole.getsockname()[1]}"
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(cfg))
-        with webhook_process(tmp_path, kubeconfig, "--lookup-timeout", "1") as w:
-            t0 = time.monotonic()
-            fallback = post(w, review(pod()))["response"]
-            strict = post(w, review(pod(**{ann.RESTORE_POLICY: "strict"})))["response"]
-            elapsed = time.monotonic() - t0
+    hung = hung_api_server(cluster.kubeconfig, tmp_path / "kubeconfig")
+    with hung as kubeconfig, webhook_process(tmp_path, kubeconfig, "--lookup-timeout", "1") as w:
+        t0 = time.monotonic()
+        fallback = post(w, review(pod()))["response"]
+        strict = post(w, review(pod(**{ann.RESTORE_POLICY: "strict"})))["response"]
+        elapsed = time.monotonic() - t0
     assert fallback["allowed"] and "no answer within 1s" in fallback["warnings"][0]
     assert not strict["allowed"] and "no answer within 1s" in strict["status"]["message"]
     assert elapsed < 8  # two 1 s budgets, far below the API server's 10 s webhook timeout
