@@ -46,8 +46,9 @@ HOST_ONLY = re.compile(r"^lib(cuda|nvidia-|nvcuvid|nvoptix)")
 # bytecode (__pycache__) is copied with the sources, whose times copy2 keeps, so it stays
 # valid: without it every shim start compiles what it imports (the engine alone took 0.45 s
 # on a GPU node), or, where the host's prefix is read-only, every one of them does.
-STDLIB_SKIP = shutil.ignore_patterns("test", "tests", "idlelib", "tkinter", "_tkinter*",
-                                     "turtledemo", "ensurepip", "site-packages")  # fmt: skip
+STDLIB_SKIP = shutil.ignore_patterns(
+    "test", "tests", "idlelib", "tkinter", "_tkinter*", "turtledemo", "ensurepip", "site-packages"
+)
 # ldd's lines: "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)", "/lib64/ld-linux... (0x...)"
 _RESOLVED = re.compile(r"^\s*(\S+) => (/\S+) \(0x[0-9a-f]+\)$")
 _LOADER = re.compile(r"^\s*(/\S+) \(0x[0-9a-f]+\)$")
@@ -85,8 +86,9 @@ def libraries(loader: Path, files: list[Path]) -> tuple[dict[str, Path], dict[Pa
     libraries by the name they are asked for, and per file the names it could not find."""
 
     def listed(f: Path) -> tuple[Path, str]:
-        p = subprocess.run([str(loader), "--list", str(f)], capture_output=True, text=True,
-                           timeout=60)  # fmt: skip
+        p = subprocess.run(
+            [str(loader), "--list", str(f)], capture_output=True, text=True, timeout=60
+        )
         return f, p.stdout
 
     found: dict[str, Path] = {}
@@ -111,8 +113,12 @@ def stage(staging: Path, python: str, site: Path, criu: Path) -> None:
     (staging / "lib" / "criu").mkdir(parents=True)
     exe = staging / "python" / "bin" / python
     elves = [exe, staging / "libexec" / "criu"]
-    elves += [p for d in ("python/lib", "site-packages") for p in (staging / d).rglob("*.so*")
-              if p.is_file() and not p.is_symlink() and is_elf(p)]  # fmt: skip
+    elves += [
+        p
+        for d in ("python/lib", "site-packages")
+        for p in (staging / d).rglob("*.so*")
+        if p.is_file() and not p.is_symlink() and is_elf(p)
+    ]
     loader = program_interpreter(exe)
     found, missing = libraries(loader, elves)
     for name, src in sorted(found.items()):
@@ -177,10 +183,12 @@ def shim_boot(vdir: Path) -> str:
     not through PYTHONPATH, so that its .pth files (namespace and editable installs) count.
     The locale has been read by then: out of the environment, so that what the shim starts
     runs in the host's own."""
-    return ("import os, runpy, site; "
-            "os.environ.pop('LC_ALL', None); "
-            f"site.addsitedir({str(vdir / 'site-packages')!r}); "
-            "runpy.run_module('shim', run_name='__main__', alter_sys=True)")  # fmt: skip
+    return (
+        "import os, runpy, site; "
+        "os.environ.pop('LC_ALL', None); "
+        f"site.addsitedir({str(vdir / 'site-packages')!r}); "
+        "runpy.run_module('shim', run_name='__main__', alter_sys=True)"
+    )
 
 
 def launchers(staging: Path, vdir: Path, python: str) -> None:
@@ -201,8 +209,9 @@ def _script(path: Path, body: str) -> None:
     if any(c in body for c in "`\\"):
         raise SnapshotError(f"{path.name}: a path in the bundle may not hold ` or \\")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("#!/bin/sh\n# installed by snapshot-agent install-node (the node bundle)\n"
-                    + body)  # fmt: skip
+    path.write_text(
+        "#!/bin/sh\n# installed by snapshot-agent install-node (the node bundle)\n" + body
+    )
     path.chmod(0o755)
 
 

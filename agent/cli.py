@@ -199,7 +199,7 @@ def _oci_node(args: argparse.Namespace, **settings) -> NodeConfig:
 
 def agent_config(args: argparse.Namespace):
     """``run``'s arguments as the agent's configuration."""
-    from restore_runtime.artifact.node_access import registry_access
+    from restore_runtime.node import registry_access
 
     from .loop import AgentConfig
 
@@ -288,13 +288,18 @@ async def _best_effort(what: str, call) -> None:
         log.warning("could not %s: %s", what, e)
 
 
+def install_settings(args: argparse.Namespace) -> NodeConfig:
+    """The node's settings as install-node's flags give them (the chart's agent values)."""
+    return _oci_node(args, store_root=args.store, signing_required=args.signing_required,
+                     fill_threads=args.fill_threads or None, fill_ledger=args.fill_ledger,
+                     runtime_binary=args.runtime_binary)  # fmt: skip
+
+
 def _install_node(args: argparse.Namespace) -> int:
     from .install import check_host_mounts, install
 
     check_host_mounts(args.host_to_container)
-    node = _oci_node(args, store_root=args.store, signing_required=args.signing_required,
-                     fill_threads=args.fill_threads or None, fill_ledger=args.fill_ledger,
-                     runc_binary=args.runtime_binary)  # fmt: skip
+    node = install_settings(args)
     verify_key = args.verify_key
     if signer := _remote_signer(args):
         verify_key = Path(tempfile.mkdtemp()) / "verify.pem"

@@ -27,12 +27,12 @@ from api.crd import (
     set_condition,
 )
 from api.handshake import pod_empty_dir
-from api.manifest import Compat, Manifest
+from api.host import HostFingerprint
+from api.manifest import Manifest
 from api.podspec import CONTROL_VOLUME, container_status, is_running, source_mismatch
 from api.report import RestoreReport
 from restore_runtime import compat
 from restore_runtime.artifact import oci
-from restore_runtime.compat import HostInfo
 from restore_runtime.timing import phases_text
 
 R = PodSnapshotReasons
@@ -56,24 +56,24 @@ def to_checkpoint(snap: PodSnapshot, node: str) -> bool:
     )
 
 
-def source_compat(snap: PodSnapshot) -> Compat | None:
+def source_compat(snap: PodSnapshot) -> HostFingerprint | None:
     """What a host must match to restore ``snap``, from its status (the manifest's own compat
     block, as the agent recorded it at capture)."""
     src = snap.status.source
-    if src is None or not (src.arch and src.kernel_version and src.criu_version):
-        return None
-    cuda = int(src.cuda_driver_version) if src.cuda_driver_version else None
-    return Compat(arch=src.arch, kernel=src.kernel_version, criuVersion=src.criu_version,
-                  driverVersion=src.driver_version, cudaDriverVersion=cuda,
-                  gpus=src.gpus)  # fmt: skip
+    return src.fingerprint() if src is not None else None
 
 
-def to_pre_pull(snap: PodSnapshot, node: str, host: HostInfo) -> str | None:
+def to_pre_pull(snap: PodSnapshot, node: str, host: HostFingerprint) -> str | None:
     """The oci:// URI to pull ahead of any restore: a Ready PodSnapshot pushed to a
     registry, made on another node, that this node could restore (the shim's own gates)."""
     art = snap.status.artifact
-    if (not snap.ready or art is None or not art.uri.startswith("oci://")
-            or on_node(snap, node) or snap.metadata.deletion_timestamp is not None):  # fmt: skip
+    if (
+        not snap.ready
+        or art is None
+        or not art.uri.startswith("oci://")
+        or on_node(snap, node)
+        or snap.metadata.deletion_timestamp is not None
+    ):
         return None
     wanted = source_compat(snap)
     return art.uri if wanted is not None and not compat.check(wanted, host) else None
@@ -108,12 +108,13 @@ def oci_tag(snap: PodSnapshot) -> str:
 def oci_annotations(snap: PodSnapshot, manifest_digest: str) -> dict[str, str]:
     """The OCI manifest's annotations: the artifact's digest, and the KEP-2008 checkpoint
     image keys where they mean the same."""
-    return {oci.MANIFEST_DIGEST_KEY: manifest_digest,
-            oci.KEP2008_NAMESPACE: snap.metadata.namespace,
-            oci.KEP2008_POD: snap.spec.source.pod_ref.name,
-            oci.KEP2008_CONTAINER: snap.container or "",
-            "org.opencontainers.image.created":
-                datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
+    return {
+        oci.MANIFEST_DIGEST_KEY: manifest_digest,
+        oci.KEP2008_NAMESPACE: snap.metadata.namespace,
+        oci.KEP2008_POD: snap.spec.source.pod_ref.name,
+        oci.KEP2008_CONTAINER: snap.container or "",
+        "org.opencontainers.image.created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
 
 
 def control_dir(kubelet_root: Path, pod_uid: str) -> Path:
@@ -141,23 +142,20 @@ def checkpointing(snap: PodSnapshot) -> PodSnapshotStatus:
 def captured(
     snap: PodSnapshot, manifest: Manifest, uri: str, digest: str, seconds: float
 ) -> PodSnapshotStatus:
-    c = manifest.compat
     conds = set_condition(
-        snap.status.conditions, READY, ConditionStatus.TRUE, R.CAPTURED,
+        snap.status.conditions,
+        READY,
+        ConditionStatus.TRUE,
+        R.CAPTURED,
         f"{manifest.size_bytes / 1e9:.2f} GB in {seconds:.1f}s",
-    )  # fmt: skip
+    )
     node = snap.status.source.node_name if snap.status.source else ""
     return PodSnapshotStatus(
         conditions=conds,
         artifact=ArtifactRef(uri=uri, manifest_digest=digest, size_bytes=manifest.size_bytes),
         checkpoint_seconds=round(seconds, 3),
-        source=SourceInfo(
-            node_name=node, arch=c.arch, kernel_version=c.kernel, image_digest=c.image_digest,
-            criu_version=c.criu_version, driver_version=c.driver_version,
-            cuda_driver_version=str(c.cuda_driver_version) if c.cuda_driver_version else None,
-            gpus=list(c.gpus),
-        ),
-    )  # fmt: skip
+        source=SourceInfo.of(node, manifest.compat),
+    )
 
 
 def failed(snap: PodSnapshot, reason: str, message: str) -> PodSnapshotStatus:
@@ -171,8 +169,13 @@ class RestoredCondition:
     message: str
 
     def to_api(self, now: str) -> dict[str, str]:
-        return {"type": RESTORED_CONDITION, "status": self.status, "reason": self.reason,
-                "message": self.message, "lastTransitionTime": now}  # fmt: skip
+        return {
+            "type": RESTORED_CONDITION,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "lastTransitionTime": now,
+        }
 
 
 def restored_condition(report: RestoreReport) -> RestoredCondition:
@@ -181,8 +184,16 @@ def restored_condition(report: RestoreReport) -> RestoredCondition:
     )
     reason = RestoredReason.of(report.outcome)
     timings = phases_text(report.timings)
-    parts = [p for p in (report.reason, f"phase {report.failed_phase}" if report.failed_phase
-                         else None, timings, report.fill_text) if p]  # fmt: skip
+    parts = [
+        p
+        for p in (
+            report.reason,
+            f"phase {report.failed_phase}" if report.failed_phase else None,
+            timings,
+            report.fill_text,
+        )
+        if p
+    ]
     return RestoredCondition(status.value, reason.value, "; ".join(parts) or report.outcome.value)
 
 
@@ -202,8 +213,10 @@ def source_problem(pod: dict[str, Any], snap: PodSnapshot, node: str) -> str | N
     name = (pod.get("metadata") or {}).get("name")
     match source_mismatch(pod, node, snap.spec.source.pod_ref.uid):
         case ("node", where, _):
-            return (f"source pod {name} runs on node {where!r}, not on {node!r}: an agent "
-                    "checkpoints containers of its own node only")  # fmt: skip
+            return (
+                f"source pod {name} runs on node {where!r}, not on {node!r}: an agent "
+                "checkpoints containers of its own node only"
+            )
         case ("uid", got, want):
             return f"source pod {name} has uid {got}, not {want} (recreated?)"
     return None
@@ -219,8 +232,9 @@ class CheckpointTarget:
     image_digest: str | None
 
 
-def checkpoint_target(pod: dict[str, Any] | None, snap: PodSnapshot,
-                      node: str) -> CheckpointTarget | str:  # fmt: skip
+def checkpoint_target(
+    pod: dict[str, Any] | None, snap: PodSnapshot, node: str
+) -> CheckpointTarget | str:
     """The container to checkpoint for ``snap``, or why not (the PodSnapshot's failure
     message). The container's own labels are checked once runc's state is read
     (``container_problem``)."""
@@ -250,9 +264,14 @@ def container_problem(annotations: dict[str, str], pod: dict[str, Any], name: st
         ann.SANDBOX_UID: meta.get("uid"),
         ann.CONTAINER_NAME: status.get("name", name),
     }
-    wrong = [f"{k.rsplit('.', 1)[-1]} {annotations.get(k)!r} (want {v!r})"
-             for k, v in want.items() if annotations.get(k) != v]  # fmt: skip
+    wrong = [
+        f"{k.rsplit('.', 1)[-1]} {annotations.get(k)!r} (want {v!r})"
+        for k, v in want.items()
+        if annotations.get(k) != v
+    ]
     if wrong:
-        return (f"the runtime's container is not {meta.get('namespace')}/{meta.get('name')} "
-                f"container {name!r}: {', '.join(wrong)}")  # fmt: skip
+        return (
+            f"the runtime's container is not {meta.get('namespace')}/{meta.get('name')} "
+            f"container {name!r}: {', '.join(wrong)}"
+        )
     return None

@@ -147,8 +147,9 @@ def install(
     node = node or NodeConfig()
     host_prefix = host_root / prefix.relative_to("/")
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    name = _install_bundle(host_prefix, prefix, python,
-                           packages or Path(sysconfig.get_paths()["purelib"]))  # fmt: skip
+    name = _install_bundle(
+        host_prefix, prefix, python, packages or Path(sysconfig.get_paths()["purelib"])
+    )
     vdir = prefix / name
     if check_host and (found := host_checks(host_root, vdir, python)):
         if bundle.current(host_prefix) != name:
@@ -157,8 +158,7 @@ def install(
     # the settings as the shim reads them: its copies of the key and the credentials
     node = _install_keys(host_prefix, prefix, node, verify_key, sign_key)
     bundle.switch_current(host_prefix, name)
-    shim = _write_wrapper(host_root / bin_dir.relative_to("/") / SHIM_NAME,
-                          wrapper(prefix, node))  # fmt: skip
+    shim = _write_wrapper(host_root / bin_dir.relative_to("/") / SHIM_NAME, wrapper(prefix, node))
     if gone := bundle.prune(host_prefix, prefix, keep=name):
         log.info("removed unused bundles: %s", ", ".join(gone))
     host_config = host_root / config.relative_to("/")
@@ -206,10 +206,13 @@ def host_problem(host_root: Path, vdir: Path, python: str) -> str | None:
     loader = bundle.loader_name(host_root / vdir.relative_to("/"))
     env = {**bundle.python_env(vdir), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     checks = [
-        [*bundle.python_command(vdir, python, loader), "-c",
-         "import asyncio, ctypes, hashlib, json, ssl, zlib"],
+        [
+            *bundle.python_command(vdir, python, loader),
+            "-c",
+            "import asyncio, ctypes, hashlib, json, ssl, zlib",
+        ],
         [*bundle.run_command(vdir, vdir / "libexec" / "criu", loader), "--version"],
-    ]  # fmt: skip
+    ]
     for cmd in checks:
         if host_root.resolve() != Path("/"):
             cmd = ["chroot", str(host_root), *cmd]
@@ -223,8 +226,13 @@ def host_problem(host_root: Path, vdir: Path, python: str) -> str | None:
     return None
 
 
-def _install_keys(host_prefix: Path, prefix: Path, node: NodeConfig, verify_key: Path | None,
-                  sign_key: Path | None) -> NodeConfig:  # fmt: skip
+def _install_keys(
+    host_prefix: Path,
+    prefix: Path,
+    node: NodeConfig,
+    verify_key: Path | None,
+    sign_key: Path | None,
+) -> NodeConfig:
     """The public key and the registry credentials, copied to PREFIX/keys (root only), the
     old ones replaced whole; returns the settings naming those copies."""
     staging = host_prefix / ".keys.new"
@@ -239,8 +247,10 @@ def _install_keys(host_prefix: Path, prefix: Path, node: NodeConfig, verify_key:
             shutil.copy2(verify_key, dest)
         key = prefix / "keys" / "verify.pem"
     elif node.signing_required:
-        log.warning("no verify key: restores on this node are refused until one is installed "
-                    "(or signing is turned off with --no-signing-required)")  # fmt: skip
+        log.warning(
+            "no verify key: restores on this node are refused until one is installed "
+            "(or signing is turned off with --no-signing-required)"
+        )
     auth = None
     if node.oci_auth_file is not None:
         dest = staging / "oci-auth.json"
@@ -295,6 +305,9 @@ def advise_huge_pages(knob: Path = THP_ENABLED) -> str | None:
     except (OSError, IndexError):
         return None
     if mode != "always":
-        log.info("transparent huge pages are %r on this node: GPU restores copy memory about "
-                 "1.5x faster with 'always' (see docs/gpu-nodes.md)", mode)  # fmt: skip
+        log.info(
+            "transparent huge pages are %r on this node: GPU restores copy memory about "
+            "1.5x faster with 'always' (see docs/gpu-nodes.md)",
+            mode,
+        )
     return mode

@@ -25,6 +25,7 @@ from kubernetes_asyncio import client
 
 from api.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
 from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S, RESTORE_REPORT
+from api.host import HostFingerprint
 from api.node import DEFAULT_CACHE_MAX_BYTES
 from api.paths import DEFAULT_RUNC_ROOT
 from api.report import RestoreReport
@@ -36,7 +37,7 @@ from restore_runtime.artifact.cache import CACHE_DIR, ArtifactCache
 from restore_runtime.artifact.oci import OciRef, RegistryAccess
 from restore_runtime.artifact.pack import Signer, remove_stale_staging
 from restore_runtime.artifact.verify import load_manifest, manifest_digest
-from restore_runtime.compat import HostInfo, host_info
+from restore_runtime.compat import host_info
 from restore_runtime.control_files import read_control_file
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, CheckpointResult, checkpoint
@@ -96,7 +97,7 @@ class Agent:
         self.cache = ArtifactCache(cfg.store / CACHE_DIR, cfg.oci_cache_max_bytes, cfg.registry)
         #: pre-pulls in flight, by manifest digest
         self.pulling: dict[str, asyncio.Task] = {}
-        self._host: HostInfo | None = None
+        self._host: HostFingerprint | None = None
         #: what recover() gave back, by PodSnapshot uid, until its PodSnapshot is told
         self.recovered: dict[str | None, Recovered] = {}
 

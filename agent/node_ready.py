@@ -39,9 +39,13 @@ async def mark(api: client.ApiClient, node: str, ready: bool) -> None:
 async def beside(api: client.ApiClient, node: str, selector: str) -> list[str]:
     """The pods on ``node`` matching the label ``selector`` (namespace/name)."""
     pods = await client.CoreV1Api(api).list_pod_for_all_namespaces(
-        field_selector=f"spec.nodeName={node}", label_selector=selector)  # fmt: skip
-    return sorted(f"{p.metadata.namespace}/{p.metadata.name}" for p in pods.items
-                  if p.status is None or p.status.phase not in ("Succeeded", "Failed"))  # fmt: skip
+        field_selector=f"spec.nodeName={node}", label_selector=selector
+    )
+    return sorted(
+        f"{p.metadata.namespace}/{p.metadata.name}"
+        for p in pods.items
+        if p.status is None or p.status.phase not in ("Succeeded", "Failed")
+    )
 
 
 async def mark_ready(api: client.ApiClient, node: str, not_beside: str | None) -> list[str]:
@@ -51,8 +55,10 @@ async def mark_ready(api: client.ApiClient, node: str, not_beside: str | None) -
     if not blockers:
         await mark(api, node, True)
         return []
-    why = (f"not ready for restore pods: {', '.join(blockers)} run on this node, and restore "
-           "pods run tenants' code (agent.readyBesideControlPlane=true allows it)")  # fmt: skip
+    why = (
+        f"not ready for restore pods: {', '.join(blockers)} run on this node, and restore "
+        "pods run tenants' code (agent.readyBesideControlPlane=true allows it)"
+    )
     log.warning("node %s %s", node, why)
     obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
     await emit_event(api, obj, "Warning", "SnapshotNodeNotReady", why, "snapshot-agent")
@@ -69,8 +75,9 @@ async def unmark_all(api: client.ApiClient) -> list[str]:
     return names
 
 
-async def unmark_if_uninstalled(api: client.ApiClient, node: str, namespace: str,
-                                daemonset: str) -> bool:  # fmt: skip
+async def unmark_if_uninstalled(
+    api: client.ApiClient, node: str, namespace: str, daemonset: str
+) -> bool:
     """At the agent's stop: take the label off when the agent's DaemonSet is gone or being
     deleted (an uninstall), not on a restart or a rolling update. True when taken off."""
     ds = await unless_absent(client.AppsV1Api(api).read_namespaced_daemon_set(daemonset, namespace))

@@ -29,8 +29,10 @@ def problems(host_root: Path, vdir: Path, cgroup_root: Path = Path("/sys/fs/cgro
 
 def kernel(host_root: Path, vdir: Path) -> str | None:
     local = host_root / vdir.relative_to("/")  # run from here, in this container's view
-    cmd = [*bundle.run_command(local, local / "libexec" / "criu", bundle.loader_name(local)),
-           "check"]  # fmt: skip
+    cmd = [
+        *bundle.run_command(local, local / "libexec" / "criu", bundle.loader_name(local)),
+        "check",
+    ]
     env = {**bundle.python_env(local), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
@@ -47,8 +49,10 @@ def cgroups(root: Path = Path("/sys/fs/cgroup")) -> str | None:
         return None
     if (root / "freezer").is_dir():
         return None
-    return (f"cgroups: {root} is neither cgroup v2 nor v1 with the freezer controller, which "
-            "runc needs to freeze a container for its checkpoint")  # fmt: skip
+    return (
+        f"cgroups: {root} is neither cgroup v2 nor v1 with the freezer controller, which "
+        "runc needs to freeze a container for its checkpoint"
+    )
 
 
 def containerd_version(text: str) -> tuple[int, int] | None:
@@ -59,8 +63,14 @@ def containerd_version(text: str) -> tuple[int, int] | None:
 
 
 def containerd(host_root: Path) -> str | None:
-    binary = next((host_root / d / "containerd" for d in CONTAINERD_DIRS
-                   if (host_root / d / "containerd").is_file()), None)  # fmt: skip
+    binary = next(
+        (
+            host_root / d / "containerd"
+            for d in CONTAINERD_DIRS
+            if (host_root / d / "containerd").is_file()
+        ),
+        None,
+    )
     if binary is None:
         return None
     cmd = [str(binary), "--version"]
@@ -73,6 +83,8 @@ def containerd(host_root: Path) -> str | None:
         return None  # not one we can run: the runtime's registration will tell
     version = containerd_version(out)
     if version is not None and version < MIN_CONTAINERD:
-        return (f"containerd: {'.'.join(map(str, version))} is too old: "
-                f"{'.'.join(map(str, MIN_CONTAINERD))} or newer is required")  # fmt: skip
+        return (
+            f"containerd: {'.'.join(map(str, version))} is too old: "
+            f"{'.'.join(map(str, MIN_CONTAINERD))} or newer is required"
+        )
     return None

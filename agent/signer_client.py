@@ -32,8 +32,11 @@ class RemoteSigner:
     timeout_s: float = 30.0
 
     def _client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=self.timeout_s,
-                            verify=ssl.create_default_context(cafile=str(self.ca)))  # fmt: skip
+        return httpx.Client(
+            base_url=self.url,
+            timeout=self.timeout_s,
+            verify=ssl.create_default_context(cafile=str(self.ca)),
+        )
 
     def for_snapshot(self, snap: PodSnapshot) -> Signer:
         """The engine's signer for one checkpoint: every signature it asks for is bound to
@@ -48,8 +51,10 @@ class RemoteSigner:
     def sign(self, namespace: str, name: str, uid: str, manifest: bytes) -> bytes:
         body = SignRequest.of(namespace, name, uid, manifest).model_dump_json()
         try:
-            headers = {"Authorization": f"Bearer {self.token.read_text().strip()}",
-                       "Content-Type": "application/json"}  # fmt: skip
+            headers = {
+                "Authorization": f"Bearer {self.token.read_text().strip()}",
+                "Content-Type": "application/json",
+            }
             with self._client() as c:
                 r = c.post(SIGN_PATH, content=body, headers=headers)
         except (OSError, httpx.HTTPError) as e:

@@ -39,16 +39,21 @@ def without_runtime(config_text: str, handler: str = runtime.HANDLER) -> str | N
     if ours in config_text:
         return config_text.replace(ours, "", 1).rstrip("\n") + "\n"
     if f"runtime handler {handler!r}" in config_text:
-        raise SnapshotError(f"the {handler!r} runtime table was edited since install-node added "
-                            "it: remove it by hand (the config before it is kept beside it "
-                            "as .pre-snapshot)")  # fmt: skip
+        raise SnapshotError(
+            f"the {handler!r} runtime table was edited since install-node added "
+            "it: remove it by hand (the config before it is kept beside it "
+            "as .pre-snapshot)"
+        )
     return None
 
 
-def uninstall(host_root: Path, prefix: Path = Path("/opt/snapshot"),
-              config: Path = Path("/etc/containerd/config.toml"),
-              bin_dir: Path = Path("/usr/local/bin"), store: Path | None = None
-              ) -> UninstallResult:  # fmt: skip
+def uninstall(
+    host_root: Path,
+    prefix: Path = Path("/opt/snapshot"),
+    config: Path = Path("/etc/containerd/config.toml"),
+    bin_dir: Path = Path("/usr/local/bin"),
+    store: Path | None = None,
+) -> UninstallResult:
     """``store``: the artifact store too (every artifact on this node)."""
     removed: list[Path] = []
     host_config = host_root / config.relative_to("/")
@@ -62,8 +67,9 @@ def uninstall(host_root: Path, prefix: Path = Path("/opt/snapshot"),
     shim = host_root / bin_dir.relative_to("/") / SHIM_NAME
     if shim.exists():
         if WRAPPER_MARK not in shim.read_text(errors="replace"):
-            raise SnapshotError(f"{bin_dir / SHIM_NAME} was not written by install-node: "
-                                "left in place")  # fmt: skip
+            raise SnapshotError(
+                f"{bin_dir / SHIM_NAME} was not written by install-node: left in place"
+            )
         shim.unlink()
         removed.append(bin_dir / SHIM_NAME)
     host_prefix = host_root / prefix.relative_to("/")

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from .manifest import GpuInfo
+from .host import GpuInfo, HostFingerprint
 from .quiesce import Quiesce
 
 GROUP = "nvidia.com"
@@ -113,6 +113,10 @@ class ArtifactRef(_Model):
 
 
 class SourceInfo(_Model):
+    """The source node and its fingerprint (api/host.py), under the CRD's field names
+    (``kernelVersion``; ``cudaDriverVersion`` a string). Written and read through
+    ``of`` and ``fingerprint`` only."""
+
     node_name: str = ""
     arch: str | None = None
     kernel_version: str | None = None
@@ -121,6 +125,35 @@ class SourceInfo(_Model):
     gpus: list[GpuInfo] = Field(default_factory=list)
     driver_version: str | None = None
     cuda_driver_version: str | None = None
+
+    @classmethod
+    def of(cls, node_name: str, host: HostFingerprint) -> SourceInfo:
+        cuda = str(host.cuda_driver_version) if host.cuda_driver_version else None
+        return cls(
+            node_name=node_name,
+            arch=host.arch,
+            kernel_version=host.kernel,
+            image_digest=host.image_digest,
+            criu_version=host.criu_version,
+            driver_version=host.driver_version,
+            cuda_driver_version=cuda,
+            gpus=list(host.gpus),
+        )
+
+    def fingerprint(self) -> HostFingerprint | None:
+        """None until the capture recorded one (a status written only with the node)."""
+        if not (self.arch and self.kernel_version and self.criu_version):
+            return None
+        cuda = self.cuda_driver_version
+        return HostFingerprint(
+            arch=self.arch,
+            kernel=self.kernel_version,
+            criu_version=self.criu_version,
+            driver_version=self.driver_version,
+            cuda_driver_version=int(cuda) if cuda and cuda.isdigit() else None,
+            gpus=self.gpus,
+            image_digest=self.image_digest,
+        )
 
 
 class PodSnapshotStatus(_Model):

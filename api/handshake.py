@@ -26,8 +26,7 @@ def pod_empty_dir(kubelet_root: Path, pod_uid: str, volume: str) -> Path:
 def is_pod_empty_dir(path: Path, pod_uid: str) -> bool:
     """Whether ``path`` is one of pod ``pod_uid``'s own emptyDir volumes."""
     parts = Path(os.path.normpath(path)).parts
-    return len(parts) >= 6 and list(parts[-5:-1]) == ["pods", pod_uid, "volumes",
-                                                        EMPTY_DIR_PLUGIN]  # fmt: skip
+    return len(parts) >= 6 and list(parts[-5:-1]) == ["pods", pod_uid, "volumes", EMPTY_DIR_PLUGIN]
 
 
 CHECKPOINT_REQUESTED = "checkpoint-requested"  # agent -> workload: quiesce now

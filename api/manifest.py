@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
+from .host import GpuInfo as GpuInfo  # re-exported: the manifest's models name it
+from .host import HostFingerprint
 from .quiesce import Quiesce
 
 FORMAT = "snapshot.artifact/v1"
@@ -36,25 +38,9 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class GpuInfo(_Model):
-    """One GPU, as the manifest's compat block and PodSnapshot ``status.source`` record it."""
-
-    uuid: str
-    product: str
-    #: 0 where the inventory (the driver's /proc files) does not tell
-    memory_mib: int = Field(default=0, alias="memoryMiB")
-
-
-class Compat(_Model):
-    """What a host must match to restore this artifact (see ``restore_runtime.compat``)."""
-
-    arch: str
-    kernel: str
-    criu_version: str = Field(alias="criuVersion")
-    driver_version: str | None = Field(default=None, alias="driverVersion")
-    cuda_driver_version: int | None = Field(default=None, alias="cudaDriverVersion")
-    gpus: list[GpuInfo] = Field(default_factory=list)
-    image_digest: str | None = Field(default=None, alias="imageDigest")
+#: What a host must match to restore this artifact: the fingerprint of the host it was made
+#: on (``restore_runtime.compat`` compares it with the restoring host's).
+Compat = HostFingerprint
 
 
 class Source(_Model):

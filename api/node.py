@@ -24,7 +24,7 @@ FILL_LEDGER_ENV = "SNAPSHOT_FILL_LEDGER"
 DEFAULT_CACHE_MAX_BYTES = 200 * 1024**3
 STATE_DIR_ENV = "SNAPSHOT_SHIM_STATE_DIR"
 RUNC_ROOT_ENV = "SNAPSHOT_RUNC_ROOT"
-RUNC_BINARY_ENV = "SNAPSHOT_RUNC_BINARY"
+RUNTIME_BINARY_ENV = "SNAPSHOT_RUNTIME_BINARY"
 
 
 class NodeSettingError(ValueError):
@@ -50,10 +50,26 @@ def _number(env: Mapping[str, str], name: str, kind: type[int] | type[float], de
     return number
 
 
+_ON, _OFF = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
 def switch(value: str) -> bool:
-    """A node setting that is on unless it says ``false``, ``0`` or ``no`` (the environment's
-    and the agent's flags alike)."""
-    return value.strip().lower() not in ("false", "0", "no")
+    """A node setting that is on or off (the environment's and the agent's flags alike): a
+    value that is neither is refused, never guessed (``flase`` turned nothing off)."""
+    v = value.strip().lower()
+    if v not in _ON + _OFF:
+        raise ValueError(f"{value!r} is not true or false")
+    return v in _ON
+
+
+def _switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    value = env.get(name) or ""
+    if not value:
+        return default
+    try:
+        return switch(value)
+    except ValueError:
+        raise NodeSettingError(name, value, "not true or false") from None
 
 
 @dataclass(frozen=True)
@@ -85,7 +101,7 @@ class NodeConfig:
     #: the OCI runtime the shim runs for create, start, exec and restore: runc, or a
     #: runc-compatible wrapper such as the NVIDIA container toolkit's
     #: ``nvidia-container-runtime`` (what containerd's runc shim calls ``BinaryName``)
-    runc_binary: str = "runc"
+    runtime_binary: str = "runc"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> NodeConfig:
@@ -96,22 +112,24 @@ class NodeConfig:
         return cls(
             store_root=Path(env.get(STORE_ROOT_ENV) or DEFAULT_STORE_ROOT),
             verify_key_path=Path(key) if key else None,
-            signing_required=switch(env.get(SIGNING_REQUIRED_ENV, "true")),
+            signing_required=_switch(env, SIGNING_REQUIRED_ENV, True),
             oci_plain_http=tuple(h for h in env.get(OCI_PLAIN_HTTP_ENV, "").split(",") if h),
             oci_auth_file=Path(auth) if auth else None,
             oci_cache_max_bytes=_number(env, OCI_CACHE_MAX_BYTES_ENV, int, cls.oci_cache_max_bytes),
             oci_pull_timeout_s=_number(env, OCI_PULL_TIMEOUT_ENV, float, cls.oci_pull_timeout_s),
             fill_threads=fill if fill > 0 else None,
-            fill_ledger=switch(env.get(FILL_LEDGER_ENV, "true")),
+            fill_ledger=_switch(env, FILL_LEDGER_ENV, True),
             state_dir=Path(env.get(STATE_DIR_ENV) or CONTAINERD_STATE),
             runc_root=Path(env.get(RUNC_ROOT_ENV) or RUNC_ROOT_BASE),
-            runc_binary=env.get(RUNC_BINARY_ENV) or "runc",
+            runtime_binary=env.get(RUNTIME_BINARY_ENV) or "runc",
         )
 
     def to_env(self) -> dict[str, str]:
         """The environment that ``from_env`` reads back (the installer's wrapper sets it)."""
-        env = {STORE_ROOT_ENV: str(self.store_root),
-               SIGNING_REQUIRED_ENV: "true" if self.signing_required else "false"}  # fmt: skip
+        env = {
+            STORE_ROOT_ENV: str(self.store_root),
+            SIGNING_REQUIRED_ENV: "true" if self.signing_required else "false",
+        }
         if self.verify_key_path is not None:
             env[VERIFY_KEY_ENV] = str(self.verify_key_path)
         if self.oci_plain_http:
@@ -128,8 +146,8 @@ class NodeConfig:
             env[STATE_DIR_ENV] = str(self.state_dir)
         if self.runc_root != RUNC_ROOT_BASE:
             env[RUNC_ROOT_ENV] = str(self.runc_root)
-        if self.runc_binary != "runc":
-            env[RUNC_BINARY_ENV] = self.runc_binary
+        if self.runtime_binary != "runc":
+            env[RUNTIME_BINARY_ENV] = self.runtime_binary
         return env
 
     @property

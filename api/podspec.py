@@ -42,8 +42,9 @@ def is_running(status: dict[str, Any] | None) -> bool:
     return status is not None and "running" in (status.get("state") or {})
 
 
-def source_mismatch(pod: dict[str, Any], node: str,
-                    uid: str | None) -> tuple[str, str | None, str] | None:  # fmt: skip
+def source_mismatch(
+    pod: dict[str, Any], node: str, uid: str | None
+) -> tuple[str, str | None, str] | None:
     """How ``pod`` is not the source a PodSnapshot names on ``node`` (with ``uid`` when it
     pins one): ("node", the node it runs on, node), ("uid", its uid, uid), or None. A pod's
     status is its node's to write, so only its binding and uid are believed; each caller

@@ -31,5 +31,7 @@ def runtime_table(config_version: int, handler: str = HANDLER) -> str:
     table = ".".join([plugins, f'"{plugin}"', *rest])  # the plugin name has dots: quoted
     pod = ", ".join(f'"{a}"' for a in POD_ANNOTATIONS)
     container = ", ".join(f'"{a}"' for a in CONTAINER_ANNOTATIONS)
-    return (f'[{table}]\n  runtime_type = "{RUNTIME_TYPE}"\n  pod_annotations = [{pod}]\n'
-            f"  container_annotations = [{container}]\n")  # fmt: skip
+    return (
+        f'[{table}]\n  runtime_type = "{RUNTIME_TYPE}"\n  pod_annotations = [{pod}]\n'
+        f"  container_annotations = [{container}]\n"
+    )

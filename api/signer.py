@@ -34,8 +34,9 @@ class SignRequest(BaseModel):
 
     @classmethod
     def of(cls, namespace: str, name: str, uid: str, manifest: bytes) -> SignRequest:
-        return cls(namespace=namespace, name=name, uid=uid,
-                   manifest=base64.b64encode(manifest).decode())  # fmt: skip
+        return cls(
+            namespace=namespace, name=name, uid=uid, manifest=base64.b64encode(manifest).decode()
+        )
 
     def manifest_bytes(self) -> bytes:
         return base64.b64decode(self.manifest, validate=True)

@@ -27,18 +27,28 @@ from devnode.cri import TOOLS_BIN
 DEFAULT_IMAGE = "registry.k8s.io/e2e-test-images/busybox:1.29-2"
 
 
-def run_critest(node: Containerd, handler: str, report_dir: Path, focus: str | None,
-                seed: int) -> dict:  # fmt: skip
+def run_critest(
+    node: Containerd, handler: str, report_dir: Path, focus: str | None, seed: int
+) -> dict:
     images = report_dir / "test-images.yaml"
-    images.write_text(f"defaultTestContainerImage: {DEFAULT_IMAGE}\n"
-                      f"webServerTestImage: {DEFAULT_IMAGE}\n")  # fmt: skip
-    cmd = [str(TOOLS_BIN / "critest"), f"-runtime-endpoint=unix://{node.address}",
-           f"-image-endpoint=unix://{node.address}", f"-runtime-handler={handler}",
-           f"-test-images-file={images}",
-           f"-ginkgo.junit-report={report_dir / (handler + '.xml')}", "-ginkgo.no-color",
-           "-ginkgo.timeout=25m", "-ginkgo.v", f"-ginkgo.seed={seed}",
-           # a spec stuck for a minute prints where it waits (the log is written as it runs)
-           "-ginkgo.poll-progress-after=60s", "-ginkgo.poll-progress-interval=60s"]  # fmt: skip
+    images.write_text(
+        f"defaultTestContainerImage: {DEFAULT_IMAGE}\nwebServerTestImage: {DEFAULT_IMAGE}\n"
+    )
+    cmd = [
+        str(TOOLS_BIN / "critest"),
+        f"-runtime-endpoint=unix://{node.address}",
+        f"-image-endpoint=unix://{node.address}",
+        f"-runtime-handler={handler}",
+        f"-test-images-file={images}",
+        f"-ginkgo.junit-report={report_dir / (handler + '.xml')}",
+        "-ginkgo.no-color",
+        "-ginkgo.timeout=25m",
+        "-ginkgo.v",
+        f"-ginkgo.seed={seed}",
+        # a spec stuck for a minute prints where it waits (the log is written as it runs)
+        "-ginkgo.poll-progress-after=60s",
+        "-ginkgo.poll-progress-interval=60s",
+    ]
     if focus:
         cmd.append(f"-ginkgo.focus={focus}")
     t0 = time.monotonic()
@@ -54,8 +64,9 @@ def run_critest(node: Containerd, handler: str, report_dir: Path, focus: str | N
                 results[name] = "failed"
             else:
                 results[name] = "passed"
-    counts = {k: sum(1 for v in results.values() if v == k) for k in ("passed", "failed",
-                                                                        "skipped")}  # fmt: skip
+    counts = {
+        k: sum(1 for v in results.values() if v == k) for k in ("passed", "failed", "skipped")
+    }
     return {"counts": counts, "seconds": round(time.monotonic() - t0, 1), "results": results}
 
 
@@ -63,19 +74,21 @@ def compare(res: dict, seed: int) -> dict:
     """One containerd line's summary: counts per handler, and which tests pass under runc
     but not under snapshot (the regressions; there must be none)."""
     regressions = sorted(
-        n for n, v in res["runc"]["results"].items()
+        n
+        for n, v in res["runc"]["results"].items()
         if v == "passed" and res["snapshot"]["results"].get(n) != "passed"
-    )  # fmt: skip
+    )
     return {
         "ginkgo_seed": seed,
         "runc": res["runc"]["counts"] | {"seconds": res["runc"]["seconds"]},
         "snapshot": res["snapshot"]["counts"] | {"seconds": res["snapshot"]["seconds"]},
         "passed_under_runc_not_snapshot": regressions,
         "failed_under_both": sorted(
-            n for n, v in res["runc"]["results"].items()
+            n
+            for n, v in res["runc"]["results"].items()
             if v == "failed" and res["snapshot"]["results"].get(n) == "failed"
         ),
-    }  # fmt: skip
+    }
 
 
 def run_line(major: int, handlers: list[str], report_dir: Path, focus: str | None) -> tuple:
@@ -85,8 +98,11 @@ def run_line(major: int, handlers: list[str], report_dir: Path, focus: str | Non
     seed = random.randrange(1, 1 << 30)
     res, version = {}, ""
     for h in handlers:
-        node = Containerd(Path(f"/tmp/snapshot-conf-{uuid.uuid4().hex[:6]}"),
-                          bin_dirs=[str(Path(sys.executable).parent)], major=major)  # fmt: skip
+        node = Containerd(
+            Path(f"/tmp/snapshot-conf-{uuid.uuid4().hex[:6]}"),
+            bin_dirs=[str(Path(sys.executable).parent)],
+            major=major,
+        )
         try:
             node.start()
             version = node.ctr("version").stdout.split("Server:")[-1].split()[1]
@@ -106,29 +122,48 @@ def main() -> int:
         choices=["runc", "snapshot"],
         help="run only this handler (repeatable); comparing needs both",
     )
-    ap.add_argument("--containerd", action="append", type=int, choices=[1, 2],
-                    help="containerd 1.7 or 2.x (repeatable; default both)")  # fmt: skip
+    ap.add_argument(
+        "--containerd",
+        action="append",
+        type=int,
+        choices=[1, 2],
+        help="containerd 1.7 or 2.x (repeatable; default both)",
+    )
     args = ap.parse_args()
     handlers = args.handler or ["runc", "snapshot"]
     report_dir = Path(args.out).absolute() / "conformance"
     report_dir.mkdir(parents=True, exist_ok=True)
     out = Path(args.out) / "conformance.json"
     summary = json.loads(out.read_text()) if out.exists() else {}
-    summary.update(critest="v1.37.0", command=" ".join(["python -m bench.conformance",
-                                                          *sys.argv[1:]]))  # fmt: skip
+    summary.update(
+        critest="v1.37.0", command=" ".join(["python -m bench.conformance", *sys.argv[1:]])
+    )
     lines = summary.setdefault("containerd", {})
     failed = False
     for major in args.containerd or [1, 2]:
         version, seed, res = run_line(major, handlers, report_dir, args.focus)
         if len(res) == 1:
             ((h, r),) = res.items()
-            print(json.dumps({version: {h: r["counts"], "failed": sorted(
-                n for n, v in r["results"].items() if v == "failed")}}, indent=2))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        version: {
+                            h: r["counts"],
+                            "failed": sorted(n for n, v in r["results"].items() if v == "failed"),
+                        }
+                    },
+                    indent=2,
+                )
+            )
             continue
         lines[version] = compare(res, seed)
         failed |= bool(lines[version]["passed_under_runc_not_snapshot"])
-        print(json.dumps({version: {k: v for k, v in lines[version].items()
-                                    if k != "failed_under_both"}}, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {version: {k: v for k, v in lines[version].items() if k != "failed_under_both"}},
+                indent=2,
+            )
+        )
     out.write_text(json.dumps(summary, indent=2) + "\n")
     for f in report_dir.glob("*.xml"):
         f.unlink()  # the per-test XML is large; the summary and logs are kept

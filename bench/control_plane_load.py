@@ -35,12 +35,22 @@ CREATED = "2026-12-03T00:00:00Z"
 
 def ready_status(ns: str, name: str) -> dict:
     return {
-        "conditions": [{"type": "Ready", "status": "True", "reason": "Captured", "message": "",
-                        "lastTransitionTime": CREATED}],
-        "artifact": {"uri": f"file:///var/lib/snapshot/artifacts/{ns}/{name}",
-                     "manifestDigest": "sha256:" + "ab" * 32, "sizeBytes": 4096},
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Captured",
+                "message": "",
+                "lastTransitionTime": CREATED,
+            }
+        ],
+        "artifact": {
+            "uri": f"file:///var/lib/snapshot/artifacts/{ns}/{name}",
+            "manifestDigest": "sha256:" + "ab" * 32,
+            "sizeBytes": 4096,
+        },
         "source": {"nodeName": NODE},
-    }  # fmt: skip
+    }
 
 
 def populate(cp: apiserver.ControlPlane, ns: str, count: int, have: int) -> None:
@@ -51,13 +61,21 @@ def populate(cp: apiserver.ControlPlane, ns: str, count: int, have: int) -> None
         for i in range(have, count):
             name = f"snap-{i:04d}"
             spec = {"source": {"podRef": {"name": "src"}, "containers": ["main"]}}
-            r = c.post(snaps, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
-                                    "metadata": {"name": name,
-                                                 "finalizers": ["snapshot.nvidia.com/artifact"]},
-                                    "spec": spec})  # fmt: skip
+            r = c.post(
+                snaps,
+                json={
+                    "apiVersion": "nvidia.com/v1alpha1",
+                    "kind": "PodSnapshot",
+                    "metadata": {"name": name, "finalizers": ["snapshot.nvidia.com/artifact"]},
+                    "spec": spec,
+                },
+            )
             r.raise_for_status()
-            r = c.patch(f"{snaps}/{name}/status", json={"status": ready_status(ns, name)},
-                        headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+            r = c.patch(
+                f"{snaps}/{name}/status",
+                json={"status": ready_status(ns, name)},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
             r.raise_for_status()
 
 
@@ -88,8 +106,13 @@ def time_to_agent(cp: apiserver.ControlPlane, ns: str) -> float:
 def scrape(port: int, name: str) -> float:
     """The sum of a counter's samples on a component's /metrics."""
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    return sum(s.value for f in text_string_to_metric_families(text) if f.name == name
-               for s in f.samples if s.name.endswith("_total"))  # fmt: skip
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        if f.name == name
+        for s in f.samples
+        if s.name.endswith("_total")
+    )
 
 
 @contextlib.contextmanager
@@ -99,12 +122,32 @@ def components(cp: apiserver.ControlPlane, work: Path) -> Iterator[tuple[int, in
     ports = free_port(), free_port()
     kc = str(cp.kubeconfig)
     cmds = [
-        [sys.executable, "-m", "controller.cli", "--kubeconfig", kc,
-         "--metrics-port", str(ports[0])],
-        [sys.executable, "-m", "agent.cli", "run", "--kubeconfig", kc, "--node", NODE,
-         "--store", str(work / "store"), "--kubelet-root", str(work / "kubelet"),
-         "--metrics-port", str(ports[1])],
-    ]  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "controller.cli",
+            "--kubeconfig",
+            kc,
+            "--metrics-port",
+            str(ports[0]),
+        ],
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "run",
+            "--kubeconfig",
+            kc,
+            "--node",
+            NODE,
+            "--store",
+            str(work / "store"),
+            "--kubelet-root",
+            str(work / "kubelet"),
+            "--metrics-port",
+            str(ports[1]),
+        ],
+    ]
     with (work / "components.log").open("ab") as log:
         procs = [subprocess.Popen(c, stdout=log, stderr=subprocess.STDOUT) for c in cmds]
     try:
@@ -116,8 +159,13 @@ def components(cp: apiserver.ControlPlane, work: Path) -> Iterator[tuple[int, in
                 return False  # not serving /metrics yet
 
         for port, name in zip(ports, NAMES, strict=True):
-            wait_until(lambda p=port, n=name: passed_once(p, n), procs, "the control plane",
-                       work / "components.log", 30)  # fmt: skip
+            wait_until(
+                lambda p=port, n=name: passed_once(p, n),
+                procs,
+                "the control plane",
+                work / "components.log",
+                30,
+            )
         yield ports
     finally:
         for proc in procs:
@@ -141,25 +189,47 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     counts = [int(c) for c in args.counts.split(",")]
     ctl, agt = {}, {}
-    with tempfile.TemporaryDirectory(prefix="snapshot-bench-load-") as tmp, \
-            apiserver.control_plane(Path(tmp) / "kube") as cp:  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory(prefix="snapshot-bench-load-") as tmp,
+        apiserver.control_plane(Path(tmp) / "kube") as cp,
+    ):
         cp.install_crds()
         ns = "load"
         with cp.client() as c:
             c.post("/api/v1/namespaces", json={"metadata": {"name": ns}})
-            c.post(f"/api/v1/namespaces/{ns}/pods", json={
-                "metadata": {"name": "src"}, "spec": {"nodeName": NODE, "containers": [
-                    {"name": "main", "image": "registry.local/x:1"}]}})  # fmt: skip
+            c.post(
+                f"/api/v1/namespaces/{ns}/pods",
+                json={
+                    "metadata": {"name": "src"},
+                    "spec": {
+                        "nodeName": NODE,
+                        "containers": [{"name": "main", "image": "registry.local/x:1"}],
+                    },
+                },
+            )
             # what the kubelet writes for a started pod (the controller hands over Ready ones)
-            c.patch(f"/api/v1/namespaces/{ns}/pods/src/status", json={"status": {
-                "phase": "Running", "podIP": "10.0.0.9",
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "containerStatuses": [{
-                    "name": "main", "ready": True, "restartCount": 0, "image": "x:1",
-                    "imageID": "x@sha256:" + "e" * 64, "containerID": "containerd://abc",
-                    "state": {"running": {"startedAt": CREATED}}}]}},
+            c.patch(
+                f"/api/v1/namespaces/{ns}/pods/src/status",
+                json={
+                    "status": {
+                        "phase": "Running",
+                        "podIP": "10.0.0.9",
+                        "conditions": [{"type": "Ready", "status": "True"}],
+                        "containerStatuses": [
+                            {
+                                "name": "main",
+                                "ready": True,
+                                "restartCount": 0,
+                                "image": "x:1",
+                                "imageID": "x@sha256:" + "e" * 64,
+                                "containerID": "containerd://abc",
+                                "state": {"running": {"startedAt": CREATED}},
+                            }
+                        ],
+                    }
+                },
                 headers={"Content-Type": "application/strategic-merge-patch+json"},
-            ).raise_for_status()  # fmt: skip
+            ).raise_for_status()
         have = 0
         for n in counts:
             populate(cp, ns, n, have)
@@ -169,8 +239,10 @@ def main(argv: list[str] | None = None) -> int:
                 if n == counts[-1]:
                     to_agent = time_to_agent(cp, ns)
             ctl[str(n)], agt[str(n)] = round(c_req, 1), round(a_req, 1)
-            print(f"{n:5d} PodSnapshots: controller {ctl[str(n)]}/min, agent {agt[str(n)]}/min",
-                  flush=True)  # fmt: skip
+            print(
+                f"{n:5d} PodSnapshots: controller {ctl[str(n)]}/min, agent {agt[str(n)]}/min",
+                flush=True,
+            )
     out = {
         "command": " ".join(["python -m bench.control_plane_load", *(argv or sys.argv[1:])]),
         "machine": platform.node(),

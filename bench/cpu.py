@@ -47,8 +47,12 @@ PHASES = ("verify", "setup", "criu", "cuda", "wake")
 
 
 def spread(xs: list[float]) -> dict:
-    return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3),
-            "max": round(max(xs), 3), "runs": [round(x, 3) for x in xs]}  # fmt: skip
+    return {
+        "median": round(statistics.median(xs), 3),
+        "min": round(min(xs), 3),
+        "max": round(max(xs), 3),
+        "runs": [round(x, 3) for x in xs],
+    }
 
 
 class Bench:
@@ -81,8 +85,14 @@ class Bench:
         answer = parse(line)
         return seconds, answer["digest"], ctr, int(answer["weights"]), ctl
 
-    def restore(self, model: str, artifact: CheckpointResult, reference: str,
-                t0: float | None = None, annotations: dict | None = None):  # fmt: skip
+    def restore(
+        self,
+        model: str,
+        artifact: CheckpointResult,
+        reference: str,
+        t0: float | None = None,
+        annotations: dict | None = None,
+    ):
         """A pod restored from ``artifact`` (``annotations``: the webhook's, when not the
         store path's), timed to its first correct answer."""
         ctl = self.control()
@@ -102,24 +112,28 @@ class Bench:
             cold_s, reference, ctr, weights, ctl = self.cold(model)
             cold.append(cold_s)
             t0 = time.monotonic()
-            res = artifact = self.node.checkpoint(ctr, f"{model}-{i}-{uuid.uuid4().hex[:6]}",
-                                                  control_dir=ctl)  # fmt: skip
+            res = artifact = self.node.checkpoint(
+                ctr, f"{model}-{i}-{uuid.uuid4().hex[:6]}", control_dir=ctl
+            )
             ckpt.append(time.monotonic() - t0)
             size.append(res.manifest.size_bytes)
             seconds, ok, report = self.restore(model, artifact, reference)
             restore.append(seconds)
             correct.append(ok)
             phases.append(report["timings"])
-            print(f"  {model} run {i + 1}: cold {cold_s:.2f}s, checkpoint {ckpt[-1]:.2f}s "
-                  f"({size[-1] / 1e6:.0f} MB), restore {seconds:.2f}s, correct={ok}",
-                  flush=True)  # fmt: skip
+            print(
+                f"  {model} run {i + 1}: cold {cold_s:.2f}s, checkpoint {ckpt[-1]:.2f}s "
+                f"({size[-1] / 1e6:.0f} MB), restore {seconds:.2f}s, correct={ok}",
+                flush=True,
+            )
             self.cleanup()
         conc = {}
         for n in concurrency:
             start = time.monotonic()
             with cf.ThreadPoolExecutor(n) as pool:
-                futures = [pool.submit(self.restore, model, artifact, reference, start)
-                           for _ in range(n)]  # fmt: skip
+                futures = [
+                    pool.submit(self.restore, model, artifact, reference, start) for _ in range(n)
+                ]
                 got = [f.result() for f in futures]
             times = [g[0] for g in got]
             conc[str(n)] = {"all_correct": all(g[1] for g in got), **spread(times)}
@@ -159,15 +173,20 @@ def bench_node(module: str) -> Iterator[tuple[Bench, dict]]:
     ``python -m <module>`` (command, machine, start; ``workloads`` to fill). Everything it
     started is stopped and removed afterwards, also on failure."""
     work = Path(tempfile.mkdtemp(prefix="snapshot-bench-"))
-    node = Containerd(Path(f"/tmp/snapshot-bench-cd-{uuid.uuid4().hex[:6]}"),
-                      bin_dirs=[str(Path(sys.executable).parent)])  # fmt: skip
+    node = Containerd(
+        Path(f"/tmp/snapshot-bench-cd-{uuid.uuid4().hex[:6]}"),
+        bin_dirs=[str(Path(sys.executable).parent)],
+    )
     result = {
         "command": " ".join([f"python -m {module}", *sys.argv[1:]]),
-        "machine": {"cpus": len(os.sched_getaffinity(0)),
-                    "kernel": platform.release(), "python": platform.python_version()},
+        "machine": {
+            "cpus": len(os.sched_getaffinity(0)),
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+        },
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "workloads": {},
-    }  # fmt: skip
+    }
     bench = None
     try:
         node.start()
@@ -193,10 +212,18 @@ def main() -> int:
             conc = [int(n) for n in args.concurrency.split(",") if n]
             result["workloads"][model] = bench.workload(model, args.runs, conc)
     write_result(args.out, "bench-cpu.json", result)
-    ok = all(w["all_correct"] and all(c["all_correct"] for c in w["concurrency"].values())
-             for w in result["workloads"].values())  # fmt: skip
-    print(json.dumps({m: {k: w[k] for k in ("speedup", "all_correct")}
-                      for m, w in result["workloads"].items()}))  # fmt: skip
+    ok = all(
+        w["all_correct"] and all(c["all_correct"] for c in w["concurrency"].values())
+        for w in result["workloads"].values()
+    )
+    print(
+        json.dumps(
+            {
+                m: {k: w[k] for k in ("speedup", "all_correct")}
+                for m, w in result["workloads"].items()
+            }
+        )
+    )
     return 0 if ok else 1
 
 

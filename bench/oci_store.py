@@ -37,16 +37,26 @@ def workload(bench: Bench, registry: str, model: str, runs: int) -> dict:
     bench.cleanup()
     size = art.manifest.size_bytes
     t0 = time.monotonic()
-    ref = oci.push(art.path, oci.OciRef.parse(f"oci://{registry}/bench/{model}:{art.path.name}"),
-                   ACCESS, {oci.MANIFEST_DIGEST_KEY: art.digest})  # fmt: skip
+    ref = oci.push(
+        art.path,
+        oci.OciRef.parse(f"oci://{registry}/bench/{model}:{art.path.name}"),
+        ACCESS,
+        {oci.MANIFEST_DIGEST_KEY: art.digest},
+    )
     push_s = time.monotonic() - t0
     pulled = {**admitted(art), ARTIFACT: ref.uri}
     cache_entry = bench.node.store / CACHE_DIR / art.digest.removeprefix("sha256:")
-    modes = {"volume": (admitted(art), False), "oci_cold": (pulled, True),
-             "oci_warm": (pulled, False)}  # fmt: skip
-    out: dict = {"description": WORKLOADS[model], "artifact_bytes": size,
-                 "push_s": round(push_s, 3),
-                 "push_MBps": round(size / push_s / 1e6, 1)}  # fmt: skip
+    modes = {
+        "volume": (admitted(art), False),
+        "oci_cold": (pulled, True),
+        "oci_warm": (pulled, False),
+    }
+    out: dict = {
+        "description": WORKLOADS[model],
+        "artifact_bytes": size,
+        "push_s": round(push_s, 3),
+        "push_MBps": round(size / push_s / 1e6, 1),
+    }
     correct = []
     for mode, (pod_annotations, empty_cache) in modes.items():
         times, pulls = [], []
@@ -78,9 +88,14 @@ def main() -> int:
             print(f"{model}: {WORKLOADS[model]}", flush=True)
             result["workloads"][model] = workload(bench, reg.address, model, args.runs)
     write_result(args.out, "oci-store.json", result)
-    print(json.dumps({m: {k: w[k]["restore_s"]["median"] for k in ("volume", "oci_cold",
-                                                                      "oci_warm")}
-                      for m, w in result["workloads"].items()}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                m: {k: w[k]["restore_s"]["median"] for k in ("volume", "oci_cold", "oci_warm")}
+                for m, w in result["workloads"].items()
+            }
+        )
+    )
     return 0 if all(w["all_correct"] for w in result["workloads"].values()) else 1
 
 

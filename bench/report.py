@@ -45,8 +45,9 @@ class Row:
 PHASES = ("verify", "setup", "criu", "cuda", "wake")
 
 
-def _gpu_row(d: dict, f: Path, path: str, restore_s: float, correct: bool,
-             phases: dict[str, float]) -> Row:  # fmt: skip
+def _gpu_row(
+    d: dict, f: Path, path: str, restore_s: float, correct: bool, phases: dict[str, float]
+) -> Row:
     """A GPU result's row: the model and checkpoint from ``d``, the restore as given."""
     warm = d.get("cold_start_warm_cache_s")
     return Row(
@@ -73,8 +74,16 @@ def gpu_rows(results: Path) -> list[Row]:
         d = json.loads(f.read_text())
         if d.get("ok"):
             restore = statistics.median(r["first_response_s"] for r in d["restore"])
-            rows.append(_gpu_row(d, f, "snapshotctl", restore, d["summary"]["all_identical"],
-                                 d["restore"][0]["phases"]))  # fmt: skip
+            rows.append(
+                _gpu_row(
+                    d,
+                    f,
+                    "snapshotctl",
+                    restore,
+                    d["summary"]["all_identical"],
+                    d["restore"][0]["phases"],
+                )
+            )
     return rows
 
 
@@ -99,8 +108,16 @@ def shim_rows(results: Path) -> list[Row]:
         if (thp := d.get("restore_thp_always", {})).get("identical"):
             runs.append((", huge pages always", thp))
         for label, r in runs:
-            rows.append(_gpu_row(d, f, f"containerd + shim{label}", r["first_response_s"],
-                                 r["identical"], r["report"]["timings"]))  # fmt: skip
+            rows.append(
+                _gpu_row(
+                    d,
+                    f,
+                    f"containerd + shim{label}",
+                    r["first_response_s"],
+                    r["identical"],
+                    r["report"]["timings"],
+                )
+            )
     return rows
 
 
@@ -109,8 +126,7 @@ def gpu_concurrency(results: Path) -> dict[str, dict[str, float]]:
     out = {}
     for _, d in _shim_results(results):
         rounds = d.get("concurrency", {}).get("rounds", {})
-        ok = {n: r["slowest_first_response_s"] for n, r in rounds.items()
-              if r.get("all_identical")}  # fmt: skip
+        ok = {n: r["slowest_first_response_s"] for n, r in rounds.items() if r.get("all_identical")}
         if ok:
             out[f"GPT-2-shaped {d['model']['params'] / 1e9:.2f} B, 1x H200"] = ok
     return out
@@ -127,22 +143,24 @@ def cpu_rows(results: Path) -> tuple[list[Row], dict]:
     d = json.loads(f.read_text())
     rows = []
     for name, w in d["workloads"].items():
-        rows.append(Row(
-            model=w["description"],
-            engine="scikit-learn (CPU), containerd + shim",
-            parallelism=f"1 process, {d['machine']['cpus']} vCPU",
-            weights_gb=round(w["weights_bytes"] / 1e9, 3),
-            checkpoint_gb=round(w["checkpoint_bytes"] / 1e9, 3),
-            checkpoint_s=round(w["checkpoint_s"]["median"], 2),
-            cold_start_s=round(w["cold_start_s"]["median"], 2),
-            cold_start_warm_cache_s=None,
-            restore_s=round(w["restore_s"]["median"], 2),
-            speedup=round(w["speedup"], 1),
-            speedup_vs_warm_cache=None,
-            correct=w["all_correct"],
-            source=f"{f.name}:{name}",
-            restore_phases_s=w["restore_phases_median_s"],
-        ))  # fmt: skip
+        rows.append(
+            Row(
+                model=w["description"],
+                engine="scikit-learn (CPU), containerd + shim",
+                parallelism=f"1 process, {d['machine']['cpus']} vCPU",
+                weights_gb=round(w["weights_bytes"] / 1e9, 3),
+                checkpoint_gb=round(w["checkpoint_bytes"] / 1e9, 3),
+                checkpoint_s=round(w["checkpoint_s"]["median"], 2),
+                cold_start_s=round(w["cold_start_s"]["median"], 2),
+                cold_start_warm_cache_s=None,
+                restore_s=round(w["restore_s"]["median"], 2),
+                speedup=round(w["speedup"], 1),
+                speedup_vs_warm_cache=None,
+                correct=w["all_correct"],
+                source=f"{f.name}:{name}",
+                restore_phases_s=w["restore_phases_median_s"],
+            )
+        )
     return rows, d
 
 
@@ -155,38 +173,74 @@ def fmt(v) -> str:
 
 
 def markdown(rows: list[Row], cpu: dict, gpu_n: dict[str, dict[str, float]]) -> str:
-    head = ["model", "engine", "parallelism", "weights GB", "checkpoint GB", "checkpoint s",
-            "cold start s", "cold start, warm compile cache s", "restore s", "speed-up",
-            "speed-up vs warm cache", "first answer correct"]  # fmt: skip
+    head = [
+        "model",
+        "engine",
+        "parallelism",
+        "weights GB",
+        "checkpoint GB",
+        "checkpoint s",
+        "cold start s",
+        "cold start, warm compile cache s",
+        "restore s",
+        "speed-up",
+        "speed-up vs warm cache",
+        "first answer correct",
+    ]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r.model, r.engine, r.parallelism, r.weights_gb, r.checkpoint_gb,
-                 r.checkpoint_s, r.cold_start_s, r.cold_start_warm_cache_s, r.restore_s,
-                 f"{r.speedup:g}x", f"{r.speedup_vs_warm_cache:g}x"
-                 if r.speedup_vs_warm_cache else None, r.correct]  # fmt: skip
+        cells = [
+            r.model,
+            r.engine,
+            r.parallelism,
+            r.weights_gb,
+            r.checkpoint_gb,
+            r.checkpoint_s,
+            r.cold_start_s,
+            r.cold_start_warm_cache_s,
+            r.restore_s,
+            f"{r.speedup:g}x",
+            f"{r.speedup_vs_warm_cache:g}x" if r.speedup_vs_warm_cache else None,
+            r.correct,
+        ]
         out.append("| " + " | ".join(fmt(c) for c in cells) + " |")
-    out += ["", "Restore phases (seconds; the shim's or snapshotctl's report):", "",
-            "| model, path | verify | setup | criu | cuda | wake |",
-            "|---|---|---|---|---|---|"]  # fmt: skip
+    out += [
+        "",
+        "Restore phases (seconds; the shim's or snapshotctl's report):",
+        "",
+        "| model, path | verify | setup | criu | cuda | wake |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         p = r.restore_phases_s
         path = r.engine.split(", ", 1)[-1]
         cells = " | ".join(fmt(p.get(k)) for k in PHASES)
         out.append(f"| {r.model}, {path} | {cells} |")
     if gpu_n:
-        out += ["", "Replicas restored at once from one artifact on one GPU (containerd + "
-                "the shim; seconds to the slowest replica's first bitwise-identical answer):",
-                "", "| model | N | slowest |", "|---|---|---|"]  # fmt: skip
+        out += [
+            "",
+            "Replicas restored at once from one artifact on one GPU (containerd + "
+            "the shim; seconds to the slowest replica's first bitwise-identical answer):",
+            "",
+            "| model | N | slowest |",
+            "|---|---|---|",
+        ]
         for model, curve in gpu_n.items():
             out += [f"| {model} | {n} | {s:g} |" for n, s in curve.items()]
     if cpu:
-        out += ["", "Concurrent restores from one artifact (CPU, pods through containerd; "
-                "seconds to the first correct answer, all pods started at once):", "",
-                "| model | N | slowest | median | fastest |", "|---|---|---|---|---|"]  # fmt: skip
+        out += [
+            "",
+            "Concurrent restores from one artifact (CPU, pods through containerd; "
+            "seconds to the first correct answer, all pods started at once):",
+            "",
+            "| model | N | slowest | median | fastest |",
+            "|---|---|---|---|---|",
+        ]
         for w in cpu["workloads"].values():
             for n, c in w["concurrency"].items():
-                out.append(f"| {w['description']} | {n} | {c['max']} | {c['median']} | "
-                           f"{c['min']} |")  # fmt: skip
+                out.append(
+                    f"| {w['description']} | {n} | {c['max']} | {c['median']} | {c['min']} |"
+                )
         out += [
             "",
             "CPU spread over the runs (min / median / max, seconds):",
@@ -196,26 +250,40 @@ def markdown(rows: list[Row], cpu: dict, gpu_n: dict[str, dict[str, float]]) -> 
         ]
         for w in cpu["workloads"].values():
             cells = [w[k] for k in ("cold_start_s", "checkpoint_s", "restore_s")]
-            out.append(f"| {w['description']} | " + " | ".join(
-                f"{c['min']} / {c['median']} / {c['max']}" for c in cells) + " |")  # fmt: skip
+            out.append(
+                f"| {w['description']} | "
+                + " | ".join(f"{c['min']} / {c['median']} / {c['max']}" for c in cells)
+                + " |"
+            )
     return "\n".join(out) + "\n"
 
 
 def chart(rows: list[Row], curves: dict[str, dict[str, float]], path: Path) -> None:
     """Cold start vs restore per row; beside it, the slowest of N restores at once."""
-    fig, (ax, cx) = plt.subplots(1, 2, figsize=(15, 0.9 * len(rows) + 1.5),
-                                 gridspec_kw={"width_ratios": [3, 1]})  # fmt: skip
+    fig, (ax, cx) = plt.subplots(
+        1, 2, figsize=(15, 0.9 * len(rows) + 1.5), gridspec_kw={"width_ratios": [3, 1]}
+    )
     y = range(len(rows))
     h = 0.27
-    ax.barh([i - h for i in y], [r.cold_start_s for r in rows], h, label="cold start",
-            color="#b0b0b0")  # fmt: skip
-    ax.barh(list(y), [r.cold_start_warm_cache_s or 0 for r in rows], h,
-            label="cold start, warm compile cache", color="#d8d8d8")  # fmt: skip
-    ax.barh([i + h for i in y], [r.restore_s for r in rows], h, label="restore (Snapshot)",
-            color="#76b900")  # fmt: skip
+    ax.barh(
+        [i - h for i in y], [r.cold_start_s for r in rows], h, label="cold start", color="#b0b0b0"
+    )
+    ax.barh(
+        list(y),
+        [r.cold_start_warm_cache_s or 0 for r in rows],
+        h,
+        label="cold start, warm compile cache",
+        color="#d8d8d8",
+    )
+    ax.barh(
+        [i + h for i in y],
+        [r.restore_s for r in rows],
+        h,
+        label="restore (Snapshot)",
+        color="#76b900",
+    )
     for i, r in zip(y, rows, strict=True):
-        ax.text(r.restore_s, i + h, f"  {r.restore_s:g}s ({r.speedup:g}x)", va="center",
-                fontsize=8)  # fmt: skip
+        ax.text(r.restore_s, i + h, f"  {r.restore_s:g}s ({r.speedup:g}x)", va="center", fontsize=8)
         ax.text(r.cold_start_s, i - h, f"  {r.cold_start_s:g}s", va="center", fontsize=8)
     ax.set_yticks(list(y), [f"{r.model}\n{r.engine}" for r in rows], fontsize=7)
     ax.invert_yaxis()

@@ -64,8 +64,10 @@ def main() -> int:
     ap.add_argument("--pods", type=int, default=5)
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args()
-    node = Containerd(Path(f"/tmp/snapshot-ovh-{uuid.uuid4().hex[:6]}"),
-                      bin_dirs=[str(Path(sys.executable).parent)])  # fmt: skip
+    node = Containerd(
+        Path(f"/tmp/snapshot-ovh-{uuid.uuid4().hex[:6]}"),
+        bin_dirs=[str(Path(sys.executable).parent)],
+    )
     try:
         node.start()
         cri = Crictl(node.address, node.base)

@@ -26,8 +26,15 @@ POINTS = ("ctr_run_to_shim_serving_s", "shim_serving_to_restore_s")
 
 def one(checkout: Path, out: Path) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    cmd = [sys.executable, str(checkout / "bench/gpu/shim_proof.py"), "--smoke", "--out",
-           str(out), "--name", "smoke"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(checkout / "bench/gpu/shim_proof.py"),
+        "--smoke",
+        "--out",
+        str(out),
+        "--name",
+        "smoke",
+    ]
     subprocess.run(cmd, env=env, cwd=checkout, capture_output=True, timeout=300, check=True)
     res = json.loads((out / "smoke.json").read_text())
     return [r["timeline"] for r in res["restores"]]
@@ -48,13 +55,20 @@ def main() -> int:
     summary = {}
     for name, rows in runs.items():
         summary[name] = {p: round(statistics.median(r[p] for r in rows), 3) for p in POINTS}
-        summary[name]["to_restore_s"] = round(statistics.median(
-            r[POINTS[0]] + r[POINTS[1]] for r in rows), 3)  # fmt: skip
-    res = {"command": " ".join(sys.argv), "machine": os.uname().nodename,
-           "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "cpus": os.cpu_count(), "median": summary, "runs": runs,
-           "after_vs_before": round(summary["after"]["to_restore_s"]
-                                    / summary["before"]["to_restore_s"], 3)}  # fmt: skip
+        summary[name]["to_restore_s"] = round(
+            statistics.median(r[POINTS[0]] + r[POINTS[1]] for r in rows), 3
+        )
+    res = {
+        "command": " ".join(sys.argv),
+        "machine": os.uname().nodename,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "median": summary,
+        "runs": runs,
+        "after_vs_before": round(
+            summary["after"]["to_restore_s"] / summary["before"]["to_restore_s"], 3
+        ),
+    }
     args.out.write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps(summary, indent=2), res["after_vs_before"])
     return 0

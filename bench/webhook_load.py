@@ -32,29 +32,54 @@ SNAPSHOT = "warm"
 
 def snapshot_status() -> dict:
     return {
-        "conditions": [{"type": "Ready", "status": "True", "reason": "Captured", "message": "",
-                        "lastTransitionTime": "2026-12-03T00:00:00Z"}],
-        "artifact": {"uri": f"file:///var/lib/snapshot/artifacts/{NS}/{SNAPSHOT}",
-                     "manifestDigest": "sha256:" + "ab" * 32, "sizeBytes": 4096},
-        "source": {"nodeName": "node-a", "arch": "x86_64",
-                   "gpus": [{"uuid": "GPU-1", "product": "NVIDIA H200", "memoryMiB": 143771}]},
-    }  # fmt: skip
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Captured",
+                "message": "",
+                "lastTransitionTime": "2026-12-03T00:00:00Z",
+            }
+        ],
+        "artifact": {
+            "uri": f"file:///var/lib/snapshot/artifacts/{NS}/{SNAPSHOT}",
+            "manifestDigest": "sha256:" + "ab" * 32,
+            "sizeBytes": 4096,
+        },
+        "source": {
+            "nodeName": "node-a",
+            "arch": "x86_64",
+            "gpus": [{"uuid": "GPU-1", "product": "NVIDIA H200", "memoryMiB": 143771}],
+        },
+    }
 
 
 def review() -> bytes:
     pod = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"r-{uuid.uuid4().hex[:8]}", "namespace": NS,
-                     "annotations": {"nvidia.com/restore-from": SNAPSHOT}},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"r-{uuid.uuid4().hex[:8]}",
+            "namespace": NS,
+            "annotations": {"nvidia.com/restore-from": SNAPSHOT},
+        },
         "spec": {"containers": [{"name": "main", "image": "registry.local/llm:1"}]},
-    }  # fmt: skip
-    return json.dumps({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                    "resource": {"group": "", "version": "v1", "resource": "pods"},
-                    "operation": "CREATE", "namespace": NS, "object": pod,
-                    "userInfo": {"username": "bench"}},
-    }).encode()  # fmt: skip
+    }
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "CREATE",
+                "namespace": NS,
+                "object": pod,
+                "userInfo": {"username": "bench"},
+            },
+        }
+    ).encode()
 
 
 async def load(url: str, ca: Path, concurrency: int, seconds: float) -> dict:
@@ -70,8 +95,9 @@ async def load(url: str, ca: Path, concurrency: int, seconds: float) -> dict:
                 body = review()
                 t0 = time.monotonic()
                 try:
-                    r = await c.post("/mutate", content=body,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+                    r = await c.post(
+                        "/mutate", content=body, headers={"Content-Type": "application/json"}
+                    )
                     resp = r.json()["response"] if r.status_code == 200 else None
                     ok = resp is not None and resp["allowed"] and resp.get("patch")
                 except (httpx.HTTPError, ValueError, KeyError) as e:
@@ -102,10 +128,20 @@ def run(work: Path, concurrency: int, seconds: float) -> dict:
         with cp.client() as c:
             c.post("/api/v1/namespaces", json={"metadata": {"name": NS}})
             spec = {"source": {"podRef": {"name": "src"}, "containers": ["main"]}}
-            c.post(snaps, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
-                                "metadata": {"name": SNAPSHOT}, "spec": spec})  # fmt: skip
-            r = c.patch(f"{snaps}/{SNAPSHOT}/status", json={"status": snapshot_status()},
-                        headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+            c.post(
+                snaps,
+                json={
+                    "apiVersion": "nvidia.com/v1alpha1",
+                    "kind": "PodSnapshot",
+                    "metadata": {"name": SNAPSHOT},
+                    "spec": spec,
+                },
+            )
+            r = c.patch(
+                f"{snaps}/{SNAPSHOT}/status",
+                json={"status": snapshot_status()},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
             r.raise_for_status()
         with webhook_process(work, cp.kubeconfig) as w:
             asyncio.run(load(w.url, w.ca, concurrency, 2.0))  # warm-up

@@ -26,11 +26,16 @@ async def _main(args: argparse.Namespace) -> None:
             controller.metrics.serve(args.metrics_port)
 
         async def work() -> None:
-            log.info("reconciling each object as it changes (watches), and all every %gs",
-                     args.resync)  # fmt: skip
-            await run_per_object(controller.reconcile_key, controller.watched(), args.resync,
-                                 sanitize=api.sanitize_for_serialization,
-                                 on_depth=controller.metrics.queue_depth.set)  # fmt: skip
+            log.info(
+                "reconciling each object as it changes (watches), and all every %gs", args.resync
+            )
+            await run_per_object(
+                controller.reconcile_key,
+                controller.watched(),
+                args.resync,
+                sanitize=api.sanitize_for_serialization,
+                on_depth=controller.metrics.queue_depth.set,
+            )
 
         if not args.leader_elect:
             await work()
@@ -38,21 +43,32 @@ async def _main(args: argparse.Namespace) -> None:
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         # client-go's proportions: 15 s lease, renew within 10 s, retry every 2 s
         d = args.lease_duration
-        elector = LeaderElector(api, args.lease_namespace, args.lease_name, identity,
-                                lease_duration=d, renew_deadline=d * 2 / 3,
-                                retry_period=d * 2 / 15,
-                                on_change=controller.metrics.leader.set)  # fmt: skip
-        log.info("campaigning for lease %s/%s as %s", args.lease_namespace, args.lease_name,
-                 identity)  # fmt: skip
+        elector = LeaderElector(
+            api,
+            args.lease_namespace,
+            args.lease_name,
+            identity,
+            lease_duration=d,
+            renew_deadline=d * 2 / 3,
+            retry_period=d * 2 / 15,
+            on_change=controller.metrics.leader.set,
+        )
+        log.info(
+            "campaigning for lease %s/%s as %s", args.lease_namespace, args.lease_name, identity
+        )
         await elector.run(work)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="snapshot-controller", description=__doc__.splitlines()[0])
     p.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
-    p.add_argument("--resync", type=float, default=60.0,
-                   help="seconds between passes when nothing changes (passes run on watch "
-                        "events; the resync also enforces SnapshotJob deadlines)")  # fmt: skip
+    p.add_argument(
+        "--resync",
+        type=float,
+        default=60.0,
+        help="seconds between passes when nothing changes (passes run on watch "
+        "events; the resync also enforces SnapshotJob deadlines)",
+    )
     p.add_argument(
         "--leader-elect",
         action="store_true",

@@ -51,8 +51,14 @@ def source_pod_name(job: SnapshotJob) -> str:
 
 
 def owner_reference(job: SnapshotJob) -> dict[str, Any]:
-    return {"apiVersion": API_VERSION, "kind": "SnapshotJob", "name": job.metadata.name,
-            "uid": job.metadata.uid, "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "SnapshotJob",
+        "name": job.metadata.name,
+        "uid": job.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def owned_by(pod: dict[str, Any], job: SnapshotJob) -> bool:
@@ -107,8 +113,9 @@ def pod_ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
-def _fail(out: JobActions, st: SnapshotJobStatus, has_pod: bool, reason: str, message: str,
-          now: datetime) -> JobActions:  # fmt: skip
+def _fail(
+    out: JobActions, st: SnapshotJobStatus, has_pod: bool, reason: str, message: str, now: datetime
+) -> JobActions:
     st.conditions = set_condition(st.conditions, C.RUNNING, F, reason, message)
     st.conditions = set_condition(st.conditions, C.FAILED, T, reason, message)
     st.completed_at = now
@@ -117,15 +124,22 @@ def _fail(out: JobActions, st: SnapshotJobStatus, has_pod: bool, reason: str, me
     return out
 
 
-def template_refused(job: SnapshotJob, status: SnapshotJobStatus | None, why: str,
-                     now: datetime) -> JobActions:  # fmt: skip
+def template_refused(
+    job: SnapshotJob, status: SnapshotJobStatus | None, why: str, now: datetime
+) -> JobActions:
     """The API server refused the source pod (created with strict field validation: a typo
     such as ``resource:`` is an error, not a field silently dropped): the job fails with the
     server's words. ``status``: what this pass had decided so far, if anything."""
     st = (status or job.status).model_copy(deep=True)
     st.started_at = st.started_at or now
-    return _fail(JobActions(), st, False, "InvalidPodTemplate",
-                 f"spec.podTemplate is not a valid pod: {why}", now)  # fmt: skip
+    return _fail(
+        JobActions(),
+        st,
+        False,
+        "InvalidPodTemplate",
+        f"spec.podTemplate is not a valid pod: {why}",
+        now,
+    )
 
 
 def reconcile(
@@ -146,8 +160,11 @@ def reconcile(
         return _fail(out, st, pod is not None, reason, message, now)
 
     if foreign:
-        return fail("SourcePodConflict", f"pod {source_pod_name(job)} exists and is not owned "
-                    "by this SnapshotJob: rename the job or delete that pod")  # fmt: skip
+        return fail(
+            "SourcePodConflict",
+            f"pod {source_pod_name(job)} exists and is not owned "
+            "by this SnapshotJob: rename the job or delete that pod",
+        )
     if st.started_at is None:
         st.started_at = now
         st.conditions = set_condition(conds, C.RUNNING, T, "Started", "creating the source pod")
@@ -164,11 +181,17 @@ def reconcile(
             failed = next(c for c in snap.status.conditions if c.type == "Failed")
             return fail("SnapshotFailed", f"PodSnapshot {snap.metadata.name}: {failed.message}")
         if snap.ready:
-            st.conditions = set_condition(st.conditions, C.CAPTURED, T, "Captured",
-                                          f"PodSnapshot {snap.metadata.name} is Ready")  # fmt: skip
+            st.conditions = set_condition(
+                st.conditions,
+                C.CAPTURED,
+                T,
+                "Captured",
+                f"PodSnapshot {snap.metadata.name} is Ready",
+            )
             st.conditions = set_condition(st.conditions, C.RUNNING, F, "Completed", "")
-            st.conditions = set_condition(st.conditions, C.COMPLETED, T, "Completed",
-                                          "captured; source pod deleted")  # fmt: skip
+            st.conditions = set_condition(
+                st.conditions, C.COMPLETED, T, "Completed", "captured; source pod deleted"
+            )
             st.completed_at = now
             out.status, out.delete_pod = st, pod is not None
             out.events.append(("Normal", "Completed", f"PodSnapshot {snap.metadata.name} Ready"))
@@ -183,8 +206,9 @@ def reconcile(
     if pod_ready(pod):
         out.create_snapshot = pod_snapshot(job, pod)
         st.pod_snapshot_name = job.metadata.name
-        st.conditions = set_condition(st.conditions, C.RUNNING, T, "Capturing",
-                                      "source pod Ready; PodSnapshot created")  # fmt: skip
+        st.conditions = set_condition(
+            st.conditions, C.RUNNING, T, "Capturing", "source pod Ready; PodSnapshot created"
+        )
         out.status = st
         out.events.append(("Normal", "Capturing", f"PodSnapshot {job.metadata.name} created"))
     return out

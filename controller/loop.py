@@ -36,9 +36,15 @@ class Controller:
     def sources(self) -> list[Source]:
         """What wakes a pass: the two collections, and the pods SnapshotJobs made (their
         readiness moves a job on). A PodSnapshot of any other pod waits for the resync."""
-        return [self.jobs.source(), self.snapshots.source(),
-                Source("snapshotjob pods", self.core.list_pod_for_all_namespaces,
-                       kwargs={"label_selector": JOB_LABEL})]  # fmt: skip
+        return [
+            self.jobs.source(),
+            self.snapshots.source(),
+            Source(
+                "snapshotjob pods",
+                self.core.list_pod_for_all_namespaces,
+                kwargs={"label_selector": JOB_LABEL},
+            ),
+        ]
 
     def watched(self) -> list[Watched]:
         """Each collection and the keys its objects queue: jobs and PodSnapshots themselves;
@@ -52,8 +58,11 @@ class Controller:
             return [(("SnapshotJob", meta(pod)[0], job), None)] if job else []
 
         jobs_, snaps, pods = self.sources()
-        return [Watched(jobs_, own("SnapshotJob")), Watched(snaps, own("PodSnapshot")),
-                Watched(pods, job_of)]  # fmt: skip
+        return [
+            Watched(jobs_, own("SnapshotJob")),
+            Watched(snaps, own("PodSnapshot")),
+            Watched(pods, job_of),
+        ]
 
     async def reconcile_key(self, key: Key, obj: dict | None) -> None:
         """Reconcile one object: the state the event carried, or read now. An API error
@@ -100,8 +109,7 @@ class Controller:
         if act.create_pod is not None:
             log.info("SnapshotJob %s/%s: creating source pod", ns, job.metadata.name)
             try:
-                await self.core.create_namespaced_pod(ns, act.create_pod,
-                                                      field_validation="Strict")  # fmt: skip
+                await self.core.create_namespaced_pod(ns, act.create_pod, field_validation="Strict")
             except ApiException as e:
                 if e.status not in (400, 422):
                     raise

@@ -13,16 +13,19 @@ class ControllerMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
         self.reconciles = Counter(
-            "snapshot_controller_reconciles", "Reconciles, by kind and result (ok, error)",
-            ["kind", "result"], registry=r,
-        )  # fmt: skip
+            "snapshot_controller_reconciles",
+            "Reconciles, by kind and result (ok, error)",
+            ["kind", "result"],
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "snapshot_controller_queue_depth", "Objects waiting in the work queue", registry=r
         )
         self.leader = Gauge(
-            "snapshot_controller_leader", "1 while this replica holds the leader Lease",
+            "snapshot_controller_leader",
+            "1 while this replica holds the leader Lease",
             registry=r,
-        )  # fmt: skip
+        )
 
     def serve(self, port: int) -> None:
         """/metrics on port, from a background thread (bounded: kubeclient/metrics_server)."""

@@ -32,9 +32,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until(ready: Callable[[], bool], procs: Sequence[subprocess.Popen] = (),
-               what: str = "", log: Path | None = None, timeout: float = 30.0,
-               poll: float = 0.2) -> None:  # fmt: skip
+def wait_until(
+    ready: Callable[[], bool],
+    procs: Sequence[subprocess.Popen] = (),
+    what: str = "",
+    log: Path | None = None,
+    timeout: float = 30.0,
+    poll: float = 0.2,
+) -> None:
     """Poll ``ready()`` (its OSError means not yet) until true; fail with the tail of ``log``
     as soon as one of ``procs`` exits, or after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -63,9 +63,11 @@ class ControlPlane:
         """A plain REST client as the admin user (tests read raw responses and Warning
         headers through it)."""
         return httpx.Client(
-            base_url=self.url, verify=self.ssl_context(), timeout=30,
+            base_url=self.url,
+            verify=self.ssl_context(),
+            timeout=30,
             headers={"Authorization": f"Bearer {self.token}"},
-        )  # fmt: skip
+        )
 
     def install_crds(self, crd_dir: Path = CHART / "crds") -> list[str]:
         """Creates (or replaces) the chart's CRDs and waits until each is Established."""
@@ -85,9 +87,11 @@ class ControlPlane:
             for name in names:
                 while not any(
                     cond["type"] == "Established" and cond["status"] == "True"
-                    for cond in c.get(f"{CRD_PATH}/{name}").json()
-                    .get("status", {}).get("conditions", [])
-                ):  # fmt: skip
+                    for cond in c.get(f"{CRD_PATH}/{name}")
+                    .json()
+                    .get("status", {})
+                    .get("conditions", [])
+                ):
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"CRD {name} not Established after 30s")
                     time.sleep(0.2)
@@ -117,8 +121,13 @@ def _write_kubeconfig(path: Path, url: str, ca: Path, token: str) -> None:
 
 #: the ``kubernetes`` Service's ClusterIP: the first address of --service-cluster-ip-range
 SERVICE_IP = "10.96.0.1"
-IN_CLUSTER_NAMES = [SERVICE_IP, "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                    "kubernetes.default.svc.cluster.local"]  # fmt: skip
+IN_CLUSTER_NAMES = [
+    SERVICE_IP,
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+]
 
 
 @contextlib.contextmanager

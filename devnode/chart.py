@@ -84,10 +84,23 @@ def install(c: Cluster, work: Path) -> Installed:
     c.check_mounts()  # building the images must not have changed the node's mounts
     repo, tag = image.rsplit(":", 1)
     values = work / "values.yaml"
-    values.write_text(yaml.safe_dump({**c.chart_values(),
-                                      "image": {"repository": repo, "tag": tag}}))  # fmt: skip
-    p = helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace", "-f",
-             str(values), "--wait", "--timeout", "5m", kubeconfig=c.api.kubeconfig)  # fmt: skip
+    values.write_text(
+        yaml.safe_dump({**c.chart_values(), "image": {"repository": repo, "tag": tag}})
+    )
+    p = helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        "--create-namespace",
+        "-f",
+        str(values),
+        "--wait",
+        "--timeout",
+        "5m",
+        kubeconfig=c.api.kubeconfig,
+    )
     if p.returncode != 0:
         raise RuntimeError(f"helm install: {p.stderr.strip()}\n{diagnose(c, NAMESPACE)}")
     # not `rollout status`: with one node and maxUnavailable 1, a DaemonSet whose only pod
@@ -112,8 +125,10 @@ def wait_ready(c: Cluster, selector: str, timeout: float, namespace: str = NAMES
         if pods and all(_ready(p) for p in pods):
             return
         time.sleep(1)
-    raise RuntimeError(f"pods {selector} in {namespace} not Ready after {timeout:g}s:\n"
-                       f"{diagnose(c, namespace, selector)}")  # fmt: skip
+    raise RuntimeError(
+        f"pods {selector} in {namespace} not Ready after {timeout:g}s:\n"
+        f"{diagnose(c, namespace, selector)}"
+    )
 
 
 def diagnose(c: Cluster, namespace: str, selector: str | None = None) -> str:
@@ -129,14 +144,24 @@ def diagnose(c: Cluster, namespace: str, selector: str | None = None) -> str:
         parts.append(f"pod {name}: {status.get('phase')}")
         for cs in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
             state = next(iter(cs.get("state", {}).items()), ("unknown", {}))
-            parts.append(f"  container {cs['name']}: {state[0]} {state[1].get('reason', '')} "
-                         f"{state[1].get('message', '')}".rstrip())  # fmt: skip
-        events = c.kubectl("-n", namespace, "get", "events", "--field-selector",
-                           f"involvedObject.name={name}", "--sort-by=.lastTimestamp",
-                           check=False).stdout  # fmt: skip
+            parts.append(
+                f"  container {cs['name']}: {state[0]} {state[1].get('reason', '')} "
+                f"{state[1].get('message', '')}".rstrip()
+            )
+        events = c.kubectl(
+            "-n",
+            namespace,
+            "get",
+            "events",
+            "--field-selector",
+            f"involvedObject.name={name}",
+            "--sort-by=.lastTimestamp",
+            check=False,
+        ).stdout
         parts.append("  events:\n" + "\n".join(f"    {ln}" for ln in events.splitlines()[-10:]))
-        logs = c.kubectl("-n", namespace, "logs", name, "--all-containers", "--prefix",
-                         "--tail=20", check=False)  # fmt: skip
+        logs = c.kubectl(
+            "-n", namespace, "logs", name, "--all-containers", "--prefix", "--tail=20", check=False
+        )
         tail = (logs.stdout + logs.stderr).splitlines()[-40:]
         parts.append("  logs:\n" + "\n".join(f"    {ln}" for ln in tail))
     return "\n".join(parts) or f"(no pods{' matching ' + selector if selector else ''})"

@@ -34,8 +34,11 @@ from .oci_registry import Registry
 NODE = "snapnode"
 #: what GPU feature discovery puts on a GPU node (the webhook's affinity and the agent's
 #: nodeSelector read them); this node has no GPU, the labels only let pods land here
-NODE_LABELS = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "cpu-only",
-               "snapshot.nvidia.com/shim": "true"}  # fmt: skip
+NODE_LABELS = {
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/gpu.product": "cpu-only",
+    "snapshot.nvidia.com/shim": "true",
+}
 TOOLS = ("kubelet", "kube-scheduler", "kube-controller-manager", "kube-proxy", "kubectl")
 
 
@@ -63,8 +66,12 @@ class Cluster:
     registry: Registry
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None):
-        p = subprocess.run([str(TOOLS_BIN / "kubectl"), "--kubeconfig", str(self.api.kubeconfig),
-                            *args], capture_output=True, text=True, input=input)  # fmt: skip
+        p = subprocess.run(
+            [str(TOOLS_BIN / "kubectl"), "--kubeconfig", str(self.api.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            input=input,
+        )
         if check and p.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: {p.stderr.strip()}")
         return p
@@ -96,39 +103,47 @@ class Cluster:
 
     def chart_values(self) -> dict:
         """Helm values that fit this node's paths (the rest are the chart's defaults)."""
-        return {"agent": {
-            "containerdConfig": str(self.node.base / "config.toml"),
-            "containerdRestartCommand": self.restart_containerd,
-            "containerdStateDir": str(self.node.base / "state"),
-            "containerdRootDir": str(self.node.base / "root"),
-            "shimPrefix": str(self.node.base / "opt/snapshot"),
-            "shimBinDir": str(self.shim_bin_dir),
-            "artifactStore": str(self.node.store),
-            "kubeletRoot": str(self.kubelet_root),
-            # one node: the control plane's too
-            "readyBesideControlPlane": True,
-        },
+        return {
+            "agent": {
+                "containerdConfig": str(self.node.base / "config.toml"),
+                "containerdRestartCommand": self.restart_containerd,
+                "containerdStateDir": str(self.node.base / "state"),
+                "containerdRootDir": str(self.node.base / "root"),
+                "shimPrefix": str(self.node.base / "opt/snapshot"),
+                "shimBinDir": str(self.shim_bin_dir),
+                "artifactStore": str(self.node.store),
+                "kubeletRoot": str(self.kubelet_root),
+                # one node: the control plane's too
+                "readyBesideControlPlane": True,
+            },
             # no DNS for Services here: agents reach the signer at a fixed ClusterIP; and this
             # one node is the "GPU" node, where the chart's defaults keep the control plane off
             "signer": {"clusterIP": SIGNER_IP, "affinity": None, "replicas": 1},
             "controller": {"affinity": None},
             "webhook": {"affinity": None},
-        }  # fmt: skip
+        }
 
 
 def kubelet_config(node: Containerd, port: int, healthz: int) -> dict:
     return {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-        "failCgroupV1": False, "failSwapOn": False, "cgroupDriver": "cgroupfs",
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "cgroupDriver": "cgroupfs",
         "containerRuntimeEndpoint": f"unix://{node.address}",
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
         "authorization": {"mode": "AlwaysAllow"},  # test only: a loopback cluster
-        "readOnlyPort": 0, "port": port, "healthzPort": healthz,
-        "enforceNodeAllocatable": [], "evictionHard": {},
+        "readOnlyPort": 0,
+        "port": port,
+        "healthzPort": healthz,
+        "enforceNodeAllocatable": [],
+        "evictionHard": {},
         "localStorageCapacityIsolation": False,
-        "imageGCHighThresholdPercent": 100, "imageMinimumGCAge": "24h",
+        "imageGCHighThresholdPercent": 100,
+        "imageMinimumGCAge": "24h",
         "podLogsDir": str(node.base / "pod-logs"),  # not /var/log/pods: removed with the node
-    }  # fmt: skip
+    }
 
 
 @contextlib.contextmanager
@@ -162,8 +177,14 @@ def cluster(work: Path) -> Iterator[Cluster]:
     def chart_installs(_config: Path) -> None:
         """Nothing yet: the chart's init container edits the config (chart.install)."""
 
-    node = Containerd(base, bridge="snapbr5", subnet=POD_SUBNET, bin_dirs=[str(base / "bin")],
-                      major=2, installer=chart_installs)  # fmt: skip
+    node = Containerd(
+        base,
+        bridge="snapbr5",
+        subnet=POD_SUBNET,
+        bin_dirs=[str(base / "bin")],
+        major=2,
+        installer=chart_installs,
+    )
     root = base / "kubelet"
     # a shared mount, as / is on a systemd host: the agent sees the containers' root
     # filesystems and the pods' volumes mounted after it started (HostToContainer)
@@ -189,24 +210,39 @@ def cluster(work: Path) -> Iterator[Cluster]:
                 cp.install_crds()
                 kc = str(cp.kubeconfig)
                 for cmd in (
-                    [str(TOOLS_BIN / "kube-controller-manager"), f"--kubeconfig={kc}",
-                     "--leader-elect=false", "--bind-address=127.0.0.1",
-                     f"--secure-port={free_port()}", "--controllers=*,-serviceaccount-token",
-                     "--use-service-account-credentials=false", f"--root-ca-file={cp.ca}"],
-                    [str(TOOLS_BIN / "kube-scheduler"), f"--kubeconfig={kc}",
-                     "--leader-elect=false", "--bind-address=127.0.0.1",
-                     f"--secure-port={free_port()}"],
+                    [
+                        str(TOOLS_BIN / "kube-controller-manager"),
+                        f"--kubeconfig={kc}",
+                        "--leader-elect=false",
+                        "--bind-address=127.0.0.1",
+                        f"--secure-port={free_port()}",
+                        "--controllers=*,-serviceaccount-token",
+                        "--use-service-account-credentials=false",
+                        f"--root-ca-file={cp.ca}",
+                    ],
+                    [
+                        str(TOOLS_BIN / "kube-scheduler"),
+                        f"--kubeconfig={kc}",
+                        "--leader-elect=false",
+                        "--bind-address=127.0.0.1",
+                        f"--secure-port={free_port()}",
+                    ],
                     # Services: the kubernetes Service's ClusterIP to the API server, the webhook's
                     # to its pods (iptables rules, removed by --cleanup on the way out)
-                    [str(proxy), f"--kubeconfig={kc}", f"--hostname-override={NODE}",
-                     "--proxy-mode=iptables", f"--cluster-cidr={POD_SUBNET}",
-                     # a pod reaching a Service whose pod is on the same bridge (the agent
-                     # and the signer) gets its answers back through the NAT
-                     "--masquerade-all",
-                     "--conntrack-max-per-core=0",
-                     f"--healthz-bind-address=127.0.0.1:{free_port()}",
-                     f"--metrics-bind-address=127.0.0.1:{free_port()}"],
-                ):  # fmt: skip
+                    [
+                        str(proxy),
+                        f"--kubeconfig={kc}",
+                        f"--hostname-override={NODE}",
+                        "--proxy-mode=iptables",
+                        f"--cluster-cidr={POD_SUBNET}",
+                        # a pod reaching a Service whose pod is on the same bridge (the agent
+                        # and the signer) gets its answers back through the NAT
+                        "--masquerade-all",
+                        "--conntrack-max-per-core=0",
+                        f"--healthz-bind-address=127.0.0.1:{free_port()}",
+                        f"--metrics-bind-address=127.0.0.1:{free_port()}",
+                    ],
+                ):
                     procs.append(subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT))
                 (base / "certs.d" / reg.address).mkdir(parents=True)
                 (base / "certs.d" / reg.address / "hosts.toml").write_text(reg.hosts_toml())
@@ -216,13 +252,23 @@ def cluster(work: Path) -> Iterator[Cluster]:
                 cfg = work / "kubelet.yaml"
                 cfg.write_text(yaml.safe_dump(kubelet_config(node, free_port(), free_port())))
                 labels = ",".join(f"{k}={v}" for k, v in NODE_LABELS.items())
-                procs.append(subprocess.Popen(
-                    [str(TOOLS_BIN / "kubelet"), f"--config={cfg}", f"--kubeconfig={kc}",
-                     f"--root-dir={root}", f"--cert-dir={work / 'kubelet-pki'}",
-                     f"--hostname-override={NODE}", f"--node-labels={labels}",
-                     f"--node-ip={API_ADDRESS}"],
-                    stdout=logf, stderr=subprocess.STDOUT, env=node.env(),
-                ))  # fmt: skip
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            str(TOOLS_BIN / "kubelet"),
+                            f"--config={cfg}",
+                            f"--kubeconfig={kc}",
+                            f"--root-dir={root}",
+                            f"--cert-dir={work / 'kubelet-pki'}",
+                            f"--hostname-override={NODE}",
+                            f"--node-labels={labels}",
+                            f"--node-ip={API_ADDRESS}",
+                        ],
+                        stdout=logf,
+                        stderr=subprocess.STDOUT,
+                        env=node.env(),
+                    )
+                )
                 wait_until(c.node_ready, procs, "the kubelet's node", log, 90, 0.5)
                 yield c
             finally:
@@ -235,8 +281,12 @@ def cluster(work: Path) -> Iterator[Cluster]:
                 for p in reversed(procs):
                     stop_process(p, 15)
                 if proxy.exists():
-                    subprocess.run([str(proxy), "--cleanup"], stdout=logf, stderr=subprocess.STDOUT,
-                                   check=False)  # fmt: skip
+                    subprocess.run(
+                        [str(proxy), "--cleanup"],
+                        stdout=logf,
+                        stderr=subprocess.STDOUT,
+                        check=False,
+                    )
                 # the kubelet's canaries and firewall, the hint chain, what --cleanup left
                 iptables.remove_kube_chains()
     finally:
@@ -261,12 +311,15 @@ def main() -> int:
     ):
         claim(Path(tmp))
         installed = chart.install(c, Path(tmp))
-        print(f"node {NODE} is Ready, Snapshot installed (release {chart.RELEASE} in "
-              f"{chart.NAMESPACE}).\n"
-              f"  export KUBECONFIG={c.api.kubeconfig}\n  kubectl: {TOOLS_BIN / 'kubectl'}\n"
-              f"  images: {installed.image} (the chart's), {installed.demo_image} (the CPU "
-              "demo's)\n"
-              "Ctrl-C stops everything it started.", flush=True)  # fmt: skip
+        print(
+            f"node {NODE} is Ready, Snapshot installed (release {chart.RELEASE} in "
+            f"{chart.NAMESPACE}).\n"
+            f"  export KUBECONFIG={c.api.kubeconfig}\n  kubectl: {TOOLS_BIN / 'kubectl'}\n"
+            f"  images: {installed.image} (the chart's), {installed.demo_image} (the CPU "
+            "demo's)\n"
+            "Ctrl-C stops everything it started.",
+            flush=True,
+        )
         signal.pause()
     return 0
 

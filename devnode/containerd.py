@@ -67,7 +67,7 @@ class Containerd:
     #: registers the snapshot runtime in the written config (containerd 2.x), as the node
     #: installer does on a real node, instead of devnode's own table
     installer: Callable[[Path], None] | None = None
-    #: node settings beside the defaults below (e.g. ``runc_binary``), as an admin sets them
+    #: node settings beside the defaults below (e.g. ``runtime_binary``), as an admin sets them
     node_settings: dict = field(default_factory=dict)
 
     @property
@@ -93,8 +93,12 @@ class Containerd:
 
     def node_config(self) -> NodeConfig:
         # OCI artifacts come from loopback registries, over plain HTTP
-        return NodeConfig(store_root=self.store, verify_key_path=self.sign_key.with_name(
-            "public.pem"), oci_plain_http=("127.0.0.1",), **self.node_settings)  # fmt: skip
+        return NodeConfig(
+            store_root=self.store,
+            verify_key_path=self.sign_key.with_name("public.pem"),
+            oci_plain_http=("127.0.0.1",),
+            **self.node_settings,
+        )
 
     @property
     def runc(self) -> str:
@@ -102,22 +106,28 @@ class Containerd:
         return shutil.which("runc", path=self.env()["PATH"]) or "runc"
 
     def env(self) -> dict[str, str]:
-        path = ":".join([*self.bin_dirs, *self.prefix_bins,
-                         os.environ.get("PATH", "/usr/bin:/bin")])  # fmt: skip
+        path = ":".join(
+            [*self.bin_dirs, *self.prefix_bins, os.environ.get("PATH", "/usr/bin:/bin")]
+        )
         # containerd passes its environment on to the shims it starts
         return {**os.environ, "PATH": path, **self.node_config().to_env()}
 
-    def checkpoint(self, container_id: str, name: str, namespace: str = "default",
-                   **kw) -> CheckpointResult:  # fmt: skip
+    def checkpoint(
+        self, container_id: str, name: str, namespace: str = "default", **kw
+    ) -> CheckpointResult:
         """Checkpoint a container of this node into its store, as the node agent does: under
         ``<store>/<namespace>/<name>``, signed, bound to the namespace."""
         (self.store / namespace).mkdir(parents=True, exist_ok=True)
-        return checkpoint(CheckpointRequest(
-            output=self.store / namespace / name,
-            runc_container=RuncContainer(RUNC_ROOT, container_id, self.runc),
-            signer=signing.local_signer(self.sign_key), namespace=namespace,
-            pod_snapshot=name, **kw,
-        ))  # fmt: skip
+        return checkpoint(
+            CheckpointRequest(
+                output=self.store / namespace / name,
+                runc_container=RuncContainer(RUNC_ROOT, container_id, self.runc),
+                signer=signing.local_signer(self.sign_key),
+                namespace=namespace,
+                pod_snapshot=name,
+                **kw,
+            )
+        )
 
     def restart(self) -> None:
         """Stop containerd alone (shims and containers keep running) and start it again."""
@@ -131,8 +141,9 @@ class Containerd:
             (self.base / d).mkdir(parents=True, exist_ok=True)
         claim(self.base)
         if not self.sign_key.exists():
-            signing.generate_keypair(self.sign_key, self.sign_key.with_name("public.pem"),
-                                     overwrite=True)  # fmt: skip
+            signing.generate_keypair(
+                self.sign_key, self.sign_key.with_name("public.pem"), overwrite=True
+            )
         if self.registry is None:
             archive = self.base / "registry-busybox.tar"
             write_oci_archive(archive, BUSYBOX_IMAGE, ["sh"])
@@ -154,8 +165,11 @@ class Containerd:
         with open(self.base / "containerd.log", "ab") as log:
             self.proc = subprocess.Popen(
                 [self.binary, "--config", str(self.base / "config.toml")],
-                stdout=log, stderr=log, env=self.env(), start_new_session=True,
-            )  # fmt: skip
+                stdout=log,
+                stderr=log,
+                env=self.env(),
+                start_new_session=True,
+            )
         (self.base / "containerd.pid").write_text(f"{self.proc.pid}\n")
         deadline = time.monotonic() + timeout
         while not Path(self.address).exists() or self.ctr("version", check=False).returncode:
@@ -172,8 +186,11 @@ class Containerd:
     def _remove_pods(self) -> list[str]:
         """Stop and remove every pod sandbox through the CRI, as the kubelet would; return
         their network namespaces' paths."""
-        if self.proc is None or self.proc.poll() is not None or not TOOLS_BIN.joinpath(
-                "crictl").exists():  # fmt: skip
+        if (
+            self.proc is None
+            or self.proc.poll() is not None
+            or not TOOLS_BIN.joinpath("crictl").exists()
+        ):
             return []
         cri = Crictl(self.address, self.base)
         paths = []
@@ -187,13 +204,18 @@ class Containerd:
     def binary(self) -> str:
         return str(CONTAINERD2 / "usr/bin/containerd") if self.major == 2 else "containerd"
 
-    def ctr(self, *args: str, check: bool = True,
-            timeout: float | None = None) -> subprocess.CompletedProcess:  # fmt: skip
+    def ctr(
+        self, *args: str, check: bool = True, timeout: float | None = None
+    ) -> subprocess.CompletedProcess:
         ctr = str(CONTAINERD2 / "usr/bin/ctr") if self.major == 2 else "ctr"
         return subprocess.run(
             [ctr, "--address", self.address, "-n", NAMESPACE, *args],
-            capture_output=True, text=True, check=check, env=self.env(), timeout=timeout,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=check,
+            env=self.env(),
+            timeout=timeout,
+        )
 
     def stop(self) -> None:
         """Tear down everything this node started, in the order that releases it: pod

@@ -21,9 +21,17 @@ class Crictl:
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         p = subprocess.run(
-            [self.binary, "--runtime-endpoint", f"unix://{self.endpoint}", "--timeout", "60s",
-             *args], capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                self.binary,
+                "--runtime-endpoint",
+                f"unix://{self.endpoint}",
+                "--timeout",
+                "60s",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+        )
         if check and p.returncode != 0:
             raise RuntimeError(f"crictl {' '.join(args)} failed: {p.stderr.strip()}")
         return p
@@ -34,29 +42,46 @@ class Crictl:
         return path
 
     def run_pod(
-        self, name: str, handler: str = "snapshot", annotations: dict | None = None,
-        host_network: bool = False, namespace: str = "default", uid: str | None = None,
-    ) -> tuple[str, Path]:  # fmt: skip
+        self,
+        name: str,
+        handler: str = "snapshot",
+        annotations: dict | None = None,
+        host_network: bool = False,
+        namespace: str = "default",
+        uid: str | None = None,
+    ) -> tuple[str, Path]:
         """``uid``: the API pod's, as the kubelet passes it (containerd labels the pod's
         containers with it); a fresh one when the sandbox stands for no API pod."""
         cfg = {
-            "metadata": {"name": name, "namespace": namespace, "uid": uid or uuid.uuid4().hex,
-                         "attempt": 0},
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": uid or uuid.uuid4().hex,
+                "attempt": 0,
+            },
             "log_directory": str(self.workdir / f"logs-{name}"),
             "annotations": annotations or {},
             # NamespaceMode NODE (2): the pod shares the host's network namespace
             "linux": {"security_context": {"namespace_options": {"network": 2}}}
-            if host_network else {},
-        }  # fmt: skip
+            if host_network
+            else {},
+        }
         path = self._write(cfg)
         pod = self.run("runp", "--runtime", handler, str(path)).stdout.strip()
         return pod, path
 
     def create(
-        self, pod: str, pod_cfg: Path, name: str, image: str, command: list[str],
-        mounts: tuple[tuple[str, str, bool], ...] = (), env: dict | None = None,
-        user: int | None = None, annotations: dict | None = None,
-    ) -> str:  # fmt: skip
+        self,
+        pod: str,
+        pod_cfg: Path,
+        name: str,
+        image: str,
+        command: list[str],
+        mounts: tuple[tuple[str, str, bool], ...] = (),
+        env: dict | None = None,
+        user: int | None = None,
+        annotations: dict | None = None,
+    ) -> str:
         """``user``: the container's uid (``runAsUser``; its gid is the same);
         ``annotations``: the container's (e.g. ``cdi.k8s.io/…`` asking for CDI devices)."""
         cfg = {
@@ -65,12 +90,19 @@ class Crictl:
             "command": command,
             "log_path": f"{name}.log",
             "envs": [{"key": k, "value": v} for k, v in (env or {}).items()],
-            "mounts": [{"host_path": h, "container_path": c, "readonly": ro}
-                       for h, c, ro in mounts],
-            "linux": {} if user is None else {"security_context": {
-                "run_as_user": {"value": user}, "run_as_group": {"value": user}}},
+            "mounts": [
+                {"host_path": h, "container_path": c, "readonly": ro} for h, c, ro in mounts
+            ],
+            "linux": {}
+            if user is None
+            else {
+                "security_context": {
+                    "run_as_user": {"value": user},
+                    "run_as_group": {"value": user},
+                }
+            },
             "annotations": annotations or {},
-        }  # fmt: skip
+        }
         return self.run("create", pod, str(self._write(cfg)), str(pod_cfg)).stdout.strip()
 
     def pod_ip(self, pod: str) -> str:

@@ -46,8 +46,10 @@ def busybox_layer() -> bytes:
             info = tarfile.TarInfo(f"bin/{a}")
             info.type, info.linkname = tarfile.SYMTYPE, "busybox"
             t.addfile(info)
-        for name, text in (("etc/passwd", "root:x:0:0:root:/:/bin/sh\n"),
-                           ("etc/group", "root:x:0:\n")):  # fmt: skip
+        for name, text in (
+            ("etc/passwd", "root:x:0:0:root:/:/bin/sh\n"),
+            ("etc/group", "root:x:0:\n"),
+        ):
             data = text.encode()
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -60,29 +62,55 @@ def write_oci_archive(path: Path, name: str, cmd: list[str]) -> None:
     layer = busybox_layer()
     with tarfile.open(path, "w") as out:
         layer_digest, layer_size = _blob(out, layer)
-        config = json.dumps({
-            "architecture": "amd64", "os": "linux",
-            "config": {"Cmd": cmd, "Env": ["PATH=/bin"], "WorkingDir": "/"},
-            "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
-        }).encode()  # fmt: skip
+        config = json.dumps(
+            {
+                "architecture": "amd64",
+                "os": "linux",
+                "config": {"Cmd": cmd, "Env": ["PATH=/bin"], "WorkingDir": "/"},
+                "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+            }
+        ).encode()
         config_digest, config_size = _blob(out, config)
-        manifest = json.dumps({
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                       "digest": config_digest, "size": config_size},
-            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
-                        "digest": layer_digest, "size": layer_size}],
-        }).encode()  # fmt: skip
+        manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {
+                    "mediaType": "application/vnd.oci.image.config.v1+json",
+                    "digest": config_digest,
+                    "size": config_size,
+                },
+                "layers": [
+                    {
+                        "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                        "digest": layer_digest,
+                        "size": layer_size,
+                    }
+                ],
+            }
+        ).encode()
         manifest_digest, manifest_size = _blob(out, manifest)
-        index = json.dumps({
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-            "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                           "digest": manifest_digest, "size": manifest_size,
-                           "annotations": {"io.containerd.image.name": name,
-                                           "org.opencontainers.image.ref.name": name}}],
-        }).encode()  # fmt: skip
-        for fname, data in (("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
-                            ("index.json", index)):  # fmt: skip
+        index = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.index.v1+json",
+                "manifests": [
+                    {
+                        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                        "digest": manifest_digest,
+                        "size": manifest_size,
+                        "annotations": {
+                            "io.containerd.image.name": name,
+                            "org.opencontainers.image.ref.name": name,
+                        },
+                    }
+                ],
+            }
+        ).encode()
+        for fname, data in (
+            ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+            ("index.json", index),
+        ):
             info = tarfile.TarInfo(fname)
             info.size = len(data)
             out.addfile(info, io.BytesIO(data))

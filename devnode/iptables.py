@@ -35,10 +35,14 @@ def remove_chains(prefixes: tuple[str, ...]) -> list[str]:
     removed = []
     for family in FAMILIES:
         for table in ("filter", "nat", "mangle", "raw"):
-            dump = subprocess.run([f"{family}-save", "-t", table], capture_output=True,
-                                  text=True).stdout  # fmt: skip
-            chains = [ln[1:].split()[0] for ln in dump.splitlines()
-                      if ln.startswith(":") and ln[1:].startswith(prefixes)]  # fmt: skip
+            dump = subprocess.run(
+                [f"{family}-save", "-t", table], capture_output=True, text=True
+            ).stdout
+            chains = [
+                ln[1:].split()[0]
+                for ln in dump.splitlines()
+                if ln.startswith(":") and ln[1:].startswith(prefixes)
+            ]
             for ln in dump.splitlines():
                 parts = shlex.split(ln)  # comments are quoted
                 if (
@@ -46,8 +50,9 @@ def remove_chains(prefixes: tuple[str, ...]) -> list[str]:
                     and "-j" in parts
                     and parts[parts.index("-j") + 1] in chains
                 ):
-                    subprocess.run([family, "-w", "-t", table, "-D", *parts[1:]],
-                                   capture_output=True)  # fmt: skip
+                    subprocess.run(
+                        [family, "-w", "-t", table, "-D", *parts[1:]], capture_output=True
+                    )
             for verb in ("-F", "-X"):  # flushed first: they jump to each other
                 for chain in chains:
                     subprocess.run([family, "-w", "-t", table, verb, chain], capture_output=True)

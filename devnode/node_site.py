@@ -10,8 +10,13 @@ import sys
 from pathlib import Path
 
 #: what the shim imports first to serve a restore; the rest it imports when it needs it
-SHIM_IMPORTS = ("shim.bootstrap", "shim.task.service", "shim.process.restore",
-                "restore_runtime.artifact.signing", "restore_runtime.executor.restore")  # fmt: skip
+SHIM_IMPORTS = (
+    "shim.bootstrap",
+    "shim.task.service",
+    "shim.process.restore",
+    "restore_runtime.artifact.signing",
+    "restore_runtime.executor.restore",
+)
 _IMPORT_ALL = """
 import ast, importlib, json, pathlib, sys
 names = set(sys.argv[2:])

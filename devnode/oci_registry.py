@@ -33,8 +33,10 @@ class Registry:
 
     def hosts_toml(self) -> str:
         """containerd's per-host config: plain HTTP to this registry."""
-        return f'server = "http://{self.address}"\n[host."http://{self.address}"]\n' \
-               '  capabilities = ["pull", "resolve", "push"]\n'  # fmt: skip
+        return (
+            f'server = "http://{self.address}"\n[host."http://{self.address}"]\n'
+            '  capabilities = ["pull", "resolve", "push"]\n'
+        )
 
 
 @contextlib.contextmanager
@@ -44,18 +46,26 @@ def docker_registry(workdir: Path) -> Iterator[Registry]:
     config = {
         "version": 0.1,
         "log": {"level": "warn", "accesslog": {"disabled": True}},
-        "storage": {"filesystem": {"rootdirectory": str(workdir / "data")},
-                    "delete": {"enabled": True}},
+        "storage": {
+            "filesystem": {"rootdirectory": str(workdir / "data")},
+            "delete": {"enabled": True},
+        },
         "http": {"addr": address, "debug": {"addr": ""}},
-    }  # fmt: skip
+    }
     (workdir / "config.yml").write_text(yaml.safe_dump(config))
     log = workdir / "registry.log"
     with log.open("ab") as logf:
-        proc = subprocess.Popen([BINARY, "serve", str(workdir / "config.yml")],
-                                stdout=logf, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [BINARY, "serve", str(workdir / "config.yml")], stdout=logf, stderr=subprocess.STDOUT
+        )
         try:
-            wait_until(lambda: urllib.request.urlopen(f"http://{address}/v2/", timeout=2).status
-                       == 200, [proc], "docker-registry", log, 30)  # fmt: skip
+            wait_until(
+                lambda: urllib.request.urlopen(f"http://{address}/v2/", timeout=2).status == 200,
+                [proc],
+                "docker-registry",
+                log,
+                30,
+            )
             yield Registry(address)
         finally:
             stop_process(proc, 10)

@@ -31,14 +31,26 @@ REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("SNAPSHOT_IMAGE_CACHE", "/var/cache/snapshot-tools/images"))
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: the packages the Dockerfile copies into the project image
-PROJECT_PACKAGES = ("api", "restore_runtime", "shim", "webhook", "controller", "agent", "signer",
-                    "kubeclient")  # fmt: skip
+PROJECT_PACKAGES = (
+    "api",
+    "restore_runtime",
+    "shim",
+    "webhook",
+    "controller",
+    "agent",
+    "signer",
+    "kubeclient",
+)
 #: the files examples/cpu_demo/Dockerfile copies (the workload helper and the demo)
 CPU_DEMO_FILES = (
-    "restore_runtime/__init__.py", "restore_runtime/workload.py",
-    "api/__init__.py", "api/handshake.py",
-    "examples/__init__.py", "examples/cpu_demo/__init__.py", "examples/cpu_demo/workload.py",
-)  # fmt: skip
+    "restore_runtime/__init__.py",
+    "restore_runtime/workload.py",
+    "api/__init__.py",
+    "api/handshake.py",
+    "examples/__init__.py",
+    "examples/cpu_demo/__init__.py",
+    "examples/cpu_demo/workload.py",
+)
 LAYER = "application/vnd.oci.image.layer.v1.tar"
 
 
@@ -68,16 +80,21 @@ def spec(name: str) -> ImageSpec:
         }
         return ImageSpec(name, "/opt/snapshot", "/", "65532:65532", files)
     if name == "cpu-demo":
-        return ImageSpec(name, "/opt/venv", "/app", "0:0",
-                         {f"app/{f}": REPO / f for f in CPU_DEMO_FILES})  # fmt: skip
+        return ImageSpec(
+            name, "/opt/venv", "/app", "0:0", {f"app/{f}": REPO / f for f in CPU_DEMO_FILES}
+        )
     raise ValueError(f"unknown image {name!r}")
 
 
 def base_layer(name: str) -> Path:
     """The cached base layer (built on first use: about a minute)."""
-    out = subprocess.run(["bash", str(REPO / "tools/build-image.sh"), name], check=True,
-                         stdout=subprocess.PIPE, text=True,
-                         env={**os.environ, "SNAPSHOT_PYTHON": sys.executable})  # fmt: skip
+    out = subprocess.run(
+        ["bash", str(REPO / "tools/build-image.sh"), name],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SNAPSHOT_PYTHON": sys.executable},
+    )
     return Path(out.stdout.strip().splitlines()[-1])
 
 
@@ -131,28 +148,47 @@ def write_layout(name: str, layout: Path) -> str:
         os.link(base, target)  # the layout lives beside the cache: no 400 MB copy
     code_digest, code_size = put(code_layer(s))
     config = {
-        "architecture": "amd64", "os": "linux",
-        "config": {"Env": [f"PATH={s.venv}/bin:{SYSTEM_PATH}"], "WorkingDir": s.workdir,
-                   "User": s.user},
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {
+            "Env": [f"PATH={s.venv}/bin:{SYSTEM_PATH}"],
+            "WorkingDir": s.workdir,
+            "User": s.user,
+        },
         "rootfs": {"type": "layers", "diff_ids": [base_digest, code_digest]},
-    }  # fmt: skip
+    }
     config_digest, config_size = put(json.dumps(config).encode())
     manifest = {
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": config_digest, "size": config_size},
-        "layers": [{"mediaType": LAYER, "digest": base_digest, "size": base.stat().st_size},
-                   {"mediaType": LAYER, "digest": code_digest, "size": code_size}],
-    }  # fmt: skip
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": config_digest,
+            "size": config_size,
+        },
+        "layers": [
+            {"mediaType": LAYER, "digest": base_digest, "size": base.stat().st_size},
+            {"mediaType": LAYER, "digest": code_digest, "size": code_size},
+        ],
+    }
     manifest_digest, manifest_size = put(json.dumps(manifest).encode())
     tag = hashlib.sha256(f"{base_digest} {code_digest}".encode()).hexdigest()[:16]
     (layout / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
-    (layout / "index.json").write_text(json.dumps({
-        "schemaVersion": 2,
-        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                       "digest": manifest_digest, "size": manifest_size,
-                       "annotations": {"org.opencontainers.image.ref.name": tag}}],
-    }))  # fmt: skip
+    (layout / "index.json").write_text(
+        json.dumps(
+            {
+                "schemaVersion": 2,
+                "manifests": [
+                    {
+                        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                        "digest": manifest_digest,
+                        "size": manifest_size,
+                        "annotations": {"org.opencontainers.image.ref.name": tag},
+                    }
+                ],
+            }
+        )
+    )
     # the index names one image: older builds' blobs (an old base is 400 MB) go
     keep = {d.split(":")[1] for d in (base_digest, code_digest, config_digest, manifest_digest)}
     for blob in blobs.iterdir():
@@ -166,6 +202,15 @@ def push(registry: Registry, name: str) -> str:
     layout = CACHE / f"layout-{name}"
     tag = write_layout(name, layout)
     ref = f"{registry.address}/snapshot/{name}:{tag}"
-    subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false",
-                    f"oci:{layout}:{tag}", f"docker://{ref}"], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            "skopeo",
+            "copy",
+            "--quiet",
+            "--dest-tls-verify=false",
+            f"oci:{layout}:{tag}",
+            f"docker://{ref}",
+        ],
+        check=True,
+    )
     return ref

@@ -37,8 +37,13 @@ def serve(archive: Path, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTT
         def log_message(self, *args) -> None:
             pass
 
-        def _send(self, code: int, body: bytes = b"", ctype: str = "application/json",
-                  digest: str | None = None) -> None:  # fmt: skip
+        def _send(
+            self,
+            code: int,
+            body: bytes = b"",
+            ctype: str = "application/json",
+            digest: str | None = None,
+        ) -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))

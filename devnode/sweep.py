@@ -114,8 +114,11 @@ def _containers(roots: Path = RUNC_ROOTS) -> list[tuple[Path, str, str]]:
     """(runc root, container id, bundle) of every container under containerd's runc roots."""
     found = []
     for root in sorted(roots.glob("*")) if roots.is_dir() else []:
-        p = subprocess.run([_runc(), "--root", str(root), "list", "--format", "json"],
-                           capture_output=True, text=True)  # fmt: skip
+        p = subprocess.run(
+            [_runc(), "--root", str(root), "list", "--format", "json"],
+            capture_output=True,
+            text=True,
+        )
         listed = (json.loads(p.stdout or "null") if p.returncode == 0 else None) or []
         found += [(root, c["id"], c.get("bundle", "")) for c in listed]
     return found
@@ -131,8 +134,9 @@ def plan(me: int | None = None) -> Plan:
             owners[pid] = owner
     dirs = {d: _owner_of_dir(d) for d in sorted(Path("/tmp").glob("snapshot-*"))}
     # runs still alive, this sweep aside: by their processes' marks and their directories'
-    out.live_owners = {o for o in {*owners.values(), *dirs.values()}
-                       if o is not None and o != me and _alive(o)}  # fmt: skip
+    out.live_owners = {
+        o for o in {*owners.values(), *dirs.values()} if o is not None and o != me and _alive(o)
+    }
     for pid, owner in owners.items():
         if owner not in out.live_owners and owner != me:
             out.processes[pid] = _cmdline(pid)
@@ -143,8 +147,9 @@ def plan(me: int | None = None) -> Plan:
             continue
         out.directories.append(d)
     gone = tuple(f"{d}/" for d in out.directories)
-    out.containers = [(root, cid) for root, cid, bundle in _containers()
-                      if f"{bundle}/".startswith(gone)]  # fmt: skip
+    out.containers = [
+        (root, cid) for root, cid, bundle in _containers() if f"{bundle}/".startswith(gone)
+    ]
     return out
 
 
@@ -160,8 +165,12 @@ def _addresses(netns: str) -> list[str]:
     p = subprocess.run(["ip", "-n", netns, "-j", "addr"], capture_output=True, text=True)
     if p.returncode != 0:
         return []
-    return [a["local"] for link in json.loads(p.stdout or "[]")
-            for a in link.get("addr_info", []) if a.get("family") == "inet"]  # fmt: skip
+    return [
+        a["local"]
+        for link in json.loads(p.stdout or "[]")
+        for a in link.get("addr_info", [])
+        if a.get("family") == "inet"
+    ]
 
 
 def _left_netns() -> list[str]:
@@ -207,8 +216,9 @@ def sweep(p: Plan, log=print) -> None:
         time.sleep(0.1)
     for root, cid in p.containers:
         subprocess.run([_runc(), "--root", str(root), "kill", cid, "KILL"], capture_output=True)
-        subprocess.run([_runc(), "--root", str(root), "delete", "--force", cid],
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            [_runc(), "--root", str(root), "delete", "--force", cid], capture_output=True
+        )
     gone = tuple(str(d) for d in p.directories)
     mounts = [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()]
     for target in sorted((m for m in mounts if m.startswith(gone)), key=len, reverse=True):

@@ -30,9 +30,20 @@ def unpack(suite: str, dest: Path, include: tuple[str, ...] = ()) -> Path:
         tmp = CACHE / f".{name}.part.tar"  # mmdebstrap's format is its suffix
         extra = [f"--include={','.join(include)}"] if include else []
         # no mirror given: mmdebstrap's default, Debian's own archive
-        p = subprocess.run(["mmdebstrap", "--variant=essential", "--mode=root", "--quiet",
-                            *extra, suite, str(tmp)], capture_output=True, text=True,
-                           stdin=subprocess.DEVNULL)  # fmt: skip
+        p = subprocess.run(
+            [
+                "mmdebstrap",
+                "--variant=essential",
+                "--mode=root",
+                "--quiet",
+                *extra,
+                suite,
+                str(tmp),
+            ],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
         if p.returncode != 0:
             tmp.unlink(missing_ok=True)
             raise RuntimeError(f"mmdebstrap {suite}: {p.stderr.strip()[-2000:]}")

@@ -30,8 +30,9 @@ class TlsServer:
 
 
 @contextlib.contextmanager
-def webhook_process(tmp: Path, kubeconfig: Path, *extra: str,
-                    own_ca: bool = False) -> Iterator[TlsServer]:  # fmt: skip
+def webhook_process(
+    tmp: Path, kubeconfig: Path, *extra: str, own_ca: bool = False
+) -> Iterator[TlsServer]:
     """`snapshot-webhook` as its own process, serving TLS on loopback with a self-signed CA;
     ``own_ca``: ``extra`` says where its certificate comes from (``TlsServer.ca`` is then a
     path the caller fills in)."""
@@ -40,8 +41,9 @@ def webhook_process(tmp: Path, kubeconfig: Path, *extra: str,
 
 
 @contextlib.contextmanager
-def signer_process(tmp: Path, kubeconfig: Path, key: Path | None, agent_sa: str,
-                   *extra: str, own_ca: bool = False) -> Iterator[TlsServer]:  # fmt: skip
+def signer_process(
+    tmp: Path, kubeconfig: Path, key: Path | None, agent_sa: str, *extra: str, own_ca: bool = False
+) -> Iterator[TlsServer]:
     """`snapshot-signer` as its own process, with ``key`` (else ``extra`` names its key),
     for ``agent_sa`` (NS:NAME)."""
     args = (*(("--key", str(key)) if key else ()), "--agent-service-account", agent_sa, *extra)
@@ -50,15 +52,28 @@ def signer_process(tmp: Path, kubeconfig: Path, key: Path | None, agent_sa: str,
 
 
 @contextlib.contextmanager
-def _tls_process(tmp: Path, component: str, kubeconfig: Path, extra: tuple[str, ...],
-                 own_ca: bool = False) -> Iterator[TlsServer]:  # fmt: skip
+def _tls_process(
+    tmp: Path, component: str, kubeconfig: Path, extra: tuple[str, ...], own_ca: bool = False
+) -> Iterator[TlsServer]:
     port = free_port()
     log = tmp / f"{component}-{port}.log"
     certs = tmp / f"certs-{port}"
     tls = () if own_ca else ("--self-signed", str(certs))
-    cmd = [sys.executable, "-m", f"{component}.cli", "--host", "127.0.0.1", "--port", str(port),
-           *tls, "--extra-san", "127.0.0.1",
-           "--kubeconfig", str(kubeconfig), *extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        f"{component}.cli",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *tls,
+        "--extra-san",
+        "127.0.0.1",
+        "--kubeconfig",
+        str(kubeconfig),
+        *extra,
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     server = TlsServer(f"https://127.0.0.1:{port}", certs / "ca.crt", log)
@@ -68,8 +83,9 @@ def _tls_process(tmp: Path, component: str, kubeconfig: Path, extra: tuple[str, 
             if not own_ca and not server.ca.exists():
                 return False
             try:
-                with (httpx.Client(base_url=server.url, verify=False) if own_ca
-                      else server.client()) as c:  # fmt: skip
+                with (
+                    httpx.Client(base_url=server.url, verify=False) if own_ca else server.client()
+                ) as c:
                     return c.get("/healthz").status_code == 200
             except httpx.HTTPError:
                 return False

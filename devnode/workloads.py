@@ -27,10 +27,11 @@ def command(module_or_script: list[str], port: int, *extra: str) -> list[str]:
     args = " ".join(module_or_script)
     tail = "".join(f" {e}" for e in extra)
     return [
-        "sh", "-c",
+        "sh",
+        "-c",
         "IP=$(ip -4 -o addr show eth0 | awk '{print $4}'); "
         f"cd {ROOT} && exec {VENV_PYTHON} {args} ${{IP%/*}} {port}{tail}",
-    ]  # fmt: skip
+    ]
 
 
 def control_mount(control: Path, pod_uid: str) -> tuple[str, str, bool]:

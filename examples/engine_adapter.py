@@ -41,9 +41,13 @@ class Http:
         self.timeout = timeout
 
     def call(
-        self, method: str, path: str, params: dict[str, str] | None = None,
-        body: dict[str, Any] | None = None, ok_missing: bool = False,
-    ) -> Any:  # fmt: skip
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str] | None = None,
+        body: dict[str, Any] | None = None,
+        ok_missing: bool = False,
+    ) -> Any:
         url = self.base_url + path + ("?" + urllib.parse.urlencode(params) if params else "")
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(url, data=data, method=method)
@@ -87,15 +91,20 @@ def register(url_template: str | None, info: RestoreComplete, port: int) -> None
         return
     url = f"http://{info.pod_ip}:{port}"
     target = url_template.format(url=urllib.parse.quote(url, safe=""), ip=info.pod_ip, port=port)
-    req = urllib.request.Request(target, data=json.dumps({"url": url}).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    req = urllib.request.Request(
+        target,
+        data=json.dumps({"url": url}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         r.read()
     log.info("registered %s with %s", url, target.split("?")[0])
 
 
-def serve(engine: Engine, handshake: Handshake, register_url: str | None, port: int,
-          stop=None) -> None:  # fmt: skip
+def serve(
+    engine: Engine, handshake: Handshake, register_url: str | None, port: int, stop=None
+) -> None:
     def quiesce() -> dict[str, Any]:
         t0 = time.monotonic()
         info = engine.quiesce()
@@ -106,8 +115,13 @@ def serve(engine: Engine, handshake: Handshake, register_url: str | None, port: 
         t0 = time.monotonic()
         engine.resume(info)
         register(register_url, info, port)
-        log.info("%s resumed (%s) in %.2fs at %s", engine.name, info.mode,
-                 time.monotonic() - t0, info.pod_ip)  # fmt: skip
+        log.info(
+            "%s resumed (%s) in %.2fs at %s",
+            engine.name,
+            info.mode,
+            time.monotonic() - t0,
+            info.pod_ip,
+        )
 
     handshake.serve(quiesce, resume, stop)
 

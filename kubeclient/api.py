@@ -34,7 +34,7 @@ __all__ = [
     "read_pod",
     "snapshot_jobs",
     "unless_absent",
-]  # fmt: skip
+]
 log = logging.getLogger(__name__)
 
 # The generated client sends a dict body to custom objects as a JSON patch; they need a merge patch.
@@ -74,14 +74,20 @@ class CustomResources(Generic[M]):
 
     async def get(self, namespace: str, name: str, timeout: float | None = None) -> M | None:
         """The object, or None when it does not exist; ApiException for anything else."""
-        obj = await unless_absent(self._objs.get_namespaced_custom_object(
-            *self._args(namespace), name, _request_timeout=timeout))  # fmt: skip
+        obj = await unless_absent(
+            self._objs.get_namespaced_custom_object(
+                *self._args(namespace), name, _request_timeout=timeout
+            )
+        )
         return None if obj is None else self._model.model_validate(obj)
 
     def source(self) -> Source:
         """This collection, to watch (kubeclient.watch)."""
-        return Source(self._plural, self._objs.list_cluster_custom_object,
-                      (crd.GROUP, crd.VERSION, self._plural))  # fmt: skip
+        return Source(
+            self._plural,
+            self._objs.list_cluster_custom_object,
+            (crd.GROUP, crd.VERSION, self._plural),
+        )
 
     def parse(self, obj: dict) -> M | None:
         """The object as its model; None (logged) when it does not parse."""
@@ -89,8 +95,9 @@ class CustomResources(Generic[M]):
             return self._model.model_validate(obj)
         except ValidationError as e:
             meta = obj.get("metadata", {})
-            log.error("skipping %s %s/%s: %s", self._plural, meta.get("namespace"),
-                      meta.get("name"), e)  # fmt: skip
+            log.error(
+                "skipping %s %s/%s: %s", self._plural, meta.get("namespace"), meta.get("name"), e
+            )
             return None
 
     async def create(self, obj: M) -> M:
@@ -107,9 +114,11 @@ class CustomResources(Generic[M]):
         if obj.metadata.generation is not None:
             body["observedGeneration"] = obj.metadata.generation
         await self._objs.patch_namespaced_custom_object_status(
-            *self._args(obj.metadata.namespace), obj.metadata.name,
-            {"status": body}, _content_type=MERGE_PATCH,
-        )  # fmt: skip
+            *self._args(obj.metadata.namespace),
+            obj.metadata.name,
+            {"status": body},
+            _content_type=MERGE_PATCH,
+        )
 
     async def write_status(self, obj: M, status: BaseModel, max_delay_s: float = 30.0) -> bool:
         """``patch_status`` that lands: an API server that is down, overloaded or restarting
@@ -128,9 +137,14 @@ class CustomResources(Generic[M]):
                 why = f"{e.status} {e.reason}"
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 why = str(e) or type(e).__name__
-            log.warning("writing the status of %s %s/%s failed (%s): again in %.1fs",
-                        obj.kind, obj.metadata.namespace, obj.metadata.name, why,
-                        delay)  # fmt: skip
+            log.warning(
+                "writing the status of %s %s/%s failed (%s): again in %.1fs",
+                obj.kind,
+                obj.metadata.namespace,
+                obj.metadata.name,
+                why,
+                delay,
+            )
             await asyncio.sleep(delay)
             delay = min(delay * 2, max_delay_s)
 
@@ -139,9 +153,11 @@ class CustomResources(Generic[M]):
         # next resync retries from fresh state.
         meta = {"finalizers": finalizers, "resourceVersion": obj.metadata.resource_version}
         await self._objs.patch_namespaced_custom_object(
-            *self._args(obj.metadata.namespace), obj.metadata.name, {"metadata": meta},
+            *self._args(obj.metadata.namespace),
+            obj.metadata.name,
+            {"metadata": meta},
             _content_type=MERGE_PATCH,
-        )  # fmt: skip
+        )
 
 
 def count_requests(api: client.ApiClient, component: str, registry: CollectorRegistry) -> Counter:
@@ -150,8 +166,9 @@ def count_requests(api: client.ApiClient, component: str, registry: CollectorReg
     counter = Counter(
         f"snapshot_{component}_api_requests",
         "Kubernetes API requests, by verb and outcome (ok, error)",
-        ["verb", "outcome"], registry=registry,
-    )  # fmt: skip
+        ["verb", "outcome"],
+        registry=registry,
+    )
     inner = api.request
 
     async def request(method, url, *args, **kwargs):
@@ -174,8 +191,14 @@ def isolated(obj: crd.PodSnapshot | crd.SnapshotJob) -> Iterator[None]:
     try:
         yield
     except ApiException as e:
-        log.warning("%s %s/%s: HTTP %s %s", obj.kind, obj.metadata.namespace,
-                    obj.metadata.name, e.status, e.reason)  # fmt: skip
+        log.warning(
+            "%s %s/%s: HTTP %s %s",
+            obj.kind,
+            obj.metadata.namespace,
+            obj.metadata.name,
+            e.status,
+            e.reason,
+        )
 
 
 async def unless_absent(call: Awaitable[T]) -> T | None:
@@ -219,15 +242,23 @@ async def emit_event(
     where = meta.get("namespace") or "default"
     event = {
         "metadata": {"generateName": f"{meta['name']}.", "namespace": where},
-        "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"],
-                           "name": meta["name"], "namespace": meta.get("namespace", ""),
-                           "uid": meta.get("uid")},
-        "type": type_, "reason": reason, "message": message[:1024],
-        "source": {"component": component}, "reportingComponent": component,
-        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-    }  # fmt: skip
+        "involvedObject": {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": meta["name"],
+            "namespace": meta.get("namespace", ""),
+            "uid": meta.get("uid"),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": component},
+        "reportingComponent": component,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
     try:
         await client.CoreV1Api(api).create_namespaced_event(where, event)
     except (ApiException, OSError) as e:
-        log.warning("could not record event %s on %s/%s: %s", reason, where, meta["name"],
-                    e)  # fmt: skip
+        log.warning("could not record event %s on %s/%s: %s", reason, where, meta["name"], e)

@@ -37,8 +37,12 @@ class ServingCert:
 
 
 def service_names(service: str, namespace: str) -> list[str]:
-    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
-            f"{service}.{namespace}.svc.cluster.local"]  # fmt: skip
+    return [
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    ]
 
 
 FILES = ("ca.crt", "tls.crt", "tls.key")
@@ -67,15 +71,22 @@ async def from_secret(api, namespace: str, secret: str, names: list[str]) -> Ser
 
     from .owned import ensure_secret
 
-    data = await ensure_secret(api, namespace, secret, lambda: make(names),
-                               lambda d: usable(d, names))  # fmt: skip
+    data = await ensure_secret(
+        api, namespace, secret, lambda: make(names), lambda d: usable(d, names)
+    )
     directory = Path(tempfile.mkdtemp(prefix="snapshot-tls-"))
     _write(directory, data)
     return ServingCert(*(directory / f for f in FILES))
 
 
-async def made_for(api, namespace: str, service: str, extra_san: list[str], secret: str | None,
-                   directory: Path | None) -> ServingCert | None:  # fmt: skip
+async def made_for(
+    api,
+    namespace: str,
+    service: str,
+    extra_san: list[str],
+    secret: str | None,
+    directory: Path | None,
+) -> ServingCert | None:
     """The webhook's or the signer's own CA and certificate for ``service``: kept in Secret
     ``secret``, else in ``directory``; None when neither is given (the admin's files)."""
     names = [*service_names(service, namespace), *extra_san]
@@ -150,10 +161,16 @@ def _builder(subject, issuer, public_key, issuer_key, now: dt.datetime) -> x509.
 
 def _key_usage(cert_sign: bool) -> x509.KeyUsage:
     return x509.KeyUsage(
-        digital_signature=True, content_commitment=False, key_encipherment=not cert_sign,
-        data_encipherment=False, key_agreement=False, key_cert_sign=cert_sign,
-        crl_sign=cert_sign, encipher_only=False, decipher_only=False,
-    )  # fmt: skip
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=not cert_sign,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=cert_sign,
+        crl_sign=cert_sign,
+        encipher_only=False,
+        decipher_only=False,
+    )
 
 
 def usable(data: dict[str, bytes], names: list[str]) -> bool:
@@ -181,9 +198,15 @@ async def serve_tls(app, host: str, port: int, cert: Path, key: Path, log_level:
     """Serve an ASGI app (the webhook's, the signer's) over TLS until stopped."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, ssl_certfile=str(cert),
-                            ssl_keyfile=str(key), log_level=log_level,
-                            access_log=False)  # fmt: skip
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        ssl_certfile=str(cert),
+        ssl_keyfile=str(key),
+        log_level=log_level,
+        access_log=False,
+    )
     await uvicorn.Server(config).serve()
 
 
@@ -192,8 +215,9 @@ def run_server(serve, args) -> int:
     import asyncio
     import contextlib
 
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve(args))

@@ -101,8 +101,12 @@ class LeaderElector:
             if await self._attempt(left):
                 last_renewal = time.monotonic()
             elif time.monotonic() - last_renewal >= self.renew_deadline:
-                log.error("lease %s/%s: could not renew for %gs; stepping down",
-                          self.namespace, self.name, self.renew_deadline)  # fmt: skip
+                log.error(
+                    "lease %s/%s: could not renew for %gs; stepping down",
+                    self.namespace,
+                    self.name,
+                    self.renew_deadline,
+                )
                 return False
         task.result()  # the work ended by itself: its error (if any) surfaces here
         return True
@@ -138,17 +142,26 @@ class LeaderElector:
         acquired = spec.acquire_time if holder == self.identity else None
         return await self._write(lease.metadata.resource_version, transitions, acquired)
 
-    async def _write(self, resource_version: str | None, transitions: int,
-                     acquire_time: Any = None, holder: str | None = None) -> bool:  # fmt: skip
+    async def _write(
+        self,
+        resource_version: str | None,
+        transitions: int,
+        acquire_time: Any = None,
+        holder: str | None = None,
+    ) -> bool:
         now = _now()
         body = {
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
             "metadata": {"name": self.name, "namespace": self.namespace},
-            "spec": {"holderIdentity": self.identity if holder is None else holder,
-                     "leaseDurationSeconds": int(self.lease_duration),
-                     "acquireTime": acquire_time or now, "renewTime": now,
-                     "leaseTransitions": transitions},
-        }  # fmt: skip
+            "spec": {
+                "holderIdentity": self.identity if holder is None else holder,
+                "leaseDurationSeconds": int(self.lease_duration),
+                "acquireTime": acquire_time or now,
+                "renewTime": now,
+                "leaseTransitions": transitions,
+            },
+        }
         try:
             if resource_version is None:
                 out = await self.leases.create_namespaced_lease(self.namespace, body)
@@ -167,14 +180,19 @@ class LeaderElector:
     async def _release(self) -> None:
         lease = await self.leases.read_namespaced_lease(self.name, self.namespace)
         if lease.spec.holder_identity == self.identity:
-            await self._write(lease.metadata.resource_version, lease.spec.lease_transitions or 0,
-                              holder="")  # fmt: skip
+            await self._write(
+                lease.metadata.resource_version, lease.spec.lease_transitions or 0, holder=""
+            )
             log.info("lease %s/%s released", self.namespace, self.name)
 
     def _set_leader(self, leader: bool) -> None:
         if leader != self.leader:
-            log.info("lease %s/%s: %s", self.namespace, self.name,
-                     "leading" if leader else "no longer leading")  # fmt: skip
+            log.info(
+                "lease %s/%s: %s",
+                self.namespace,
+                self.name,
+                "leading" if leader else "no longer leading",
+            )
         self.leader = leader
         if self.on_change:
             self.on_change(leader)

@@ -45,18 +45,27 @@ class _HealthOrMetrics(MetricsHandler):
 class BoundedMetricsServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, port: int, registry: CollectorRegistry, addr: str = "0.0.0.0",
-                 max_connections: int = MAX_CONNECTIONS,
-                 timeout_s: float = IDLE_TIMEOUT_S) -> None:  # fmt: skip
-        handler = type("Handler", (_HealthOrMetrics, MetricsHandler.factory(registry)),
-                       {"timeout": timeout_s})  # fmt: skip
+    def __init__(
+        self,
+        port: int,
+        registry: CollectorRegistry,
+        addr: str = "0.0.0.0",
+        max_connections: int = MAX_CONNECTIONS,
+        timeout_s: float = IDLE_TIMEOUT_S,
+    ) -> None:
+        handler = type(
+            "Handler", (_HealthOrMetrics, MetricsHandler.factory(registry)), {"timeout": timeout_s}
+        )
         self.slots = threading.BoundedSemaphore(max_connections)
         super().__init__((addr, port), handler)
 
     def process_request(self, request, client_address) -> None:
         if not self.slots.acquire(blocking=False):
-            log.warning("metrics: over %s connections at once, closed one from %s",
-                        self.slots._initial_value, client_address[0])  # fmt: skip
+            log.warning(
+                "metrics: over %s connections at once, closed one from %s",
+                self.slots._initial_value,
+                client_address[0],
+            )
             self.shutdown_request(request)
             return
         try:

@@ -28,10 +28,14 @@ ATTEMPTS = 5
 DEADLINE_S = 30.0
 
 
-async def ensure_secret(api: client.ApiClient, namespace: str, name: str,
-                        make: Callable[[], Data],
-                        usable: Callable[[Data], bool] = lambda _: True,
-                        deadline_s: float = DEADLINE_S) -> Data:  # fmt: skip
+async def ensure_secret(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    make: Callable[[], Data],
+    usable: Callable[[Data], bool] = lambda _: True,
+    deadline_s: float = DEADLINE_S,
+) -> Data:
     """The data of Secret ``namespace/name``: as it is when ``usable``; else made by ``make``
     and written (created, or replaced when unusable). TimeoutError past ``deadline_s``."""
     async with asyncio.timeout(deadline_s):
@@ -54,12 +58,14 @@ async def _ensure_secret(
         new = make()
         body = client.V1Secret(
             metadata=client.V1ObjectMeta(
-                name=name, namespace=namespace, labels=MANAGED,
+                name=name,
+                namespace=namespace,
+                labels=MANAGED,
                 resource_version=secret.metadata.resource_version if secret else None,
             ),
             type="Opaque",
             data={k: base64.b64encode(v).decode() for k, v in new.items()},
-        )  # fmt: skip
+        )
         try:
             if secret is None:
                 await core.create_namespaced_secret(namespace, body)
@@ -74,17 +80,22 @@ async def _ensure_secret(
     raise RuntimeError(f"Secret {namespace}/{name} kept changing under us")
 
 
-async def publish_configmap(api: client.ApiClient, namespace: str, name: str,
-                            data: dict[str, str],
-                            deadline_s: float = DEADLINE_S) -> None:  # fmt: skip
+async def publish_configmap(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    data: dict[str, str],
+    deadline_s: float = DEADLINE_S,
+) -> None:
     """ConfigMap ``namespace/name`` holds ``data`` (created, or updated when it differs).
     TimeoutError past ``deadline_s``."""
     async with asyncio.timeout(deadline_s):
         await _publish_configmap(client.CoreV1Api(api), namespace, name, data)
 
 
-async def _publish_configmap(core: client.CoreV1Api, namespace: str, name: str,
-                             data: dict[str, str]) -> None:  # fmt: skip
+async def _publish_configmap(
+    core: client.CoreV1Api, namespace: str, name: str, data: dict[str, str]
+) -> None:
     body = client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=MANAGED), data=data
     )

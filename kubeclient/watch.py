@@ -65,9 +65,14 @@ async def follow(src: Source, notify: Notify, sanitize: Callable[[Any], Any] = d
             notify(None)
             while True:
                 w = watch.Watch()
-                async with w.stream(src.list_fn, *src.args, resource_version=version,
-                                    timeout_seconds=WATCH_TIMEOUT, allow_watch_bookmarks=True,
-                                    **src.kwargs) as stream:  # fmt: skip
+                async with w.stream(
+                    src.list_fn,
+                    *src.args,
+                    resource_version=version,
+                    timeout_seconds=WATCH_TIMEOUT,
+                    allow_watch_bookmarks=True,
+                    **src.kwargs,
+                ) as stream:
                     async for event in stream:
                         backoff = 1.0
                         if event["type"] != "BOOKMARK":
@@ -79,8 +84,7 @@ async def follow(src: Source, notify: Notify, sanitize: Callable[[Any], Any] = d
             if e.status == 410:
                 log.info("watch of %s: resourceVersion too old, listing again", src.name)
                 continue
-            log.warning("watch of %s failed (HTTP %s), again in %gs", src.name, e.status,
-                        backoff)  # fmt: skip
+            log.warning("watch of %s failed (HTTP %s), again in %gs", src.name, e.status, backoff)
         except Exception as e:
             log.warning("watch of %s failed (%s), again in %gs", src.name, e, backoff)
         await asyncio.sleep(backoff)

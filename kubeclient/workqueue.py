@@ -133,8 +133,10 @@ async def run_per_object(
                     on(item)
 
     notifiers = [notify(w) for w in watched]
-    tasks = [asyncio.create_task(follow(w.source, on, sanitize), name=w.source.name)
-             for w, on in zip(watched, notifiers, strict=True)]  # fmt: skip
+    tasks = [
+        asyncio.create_task(follow(w.source, on, sanitize), name=w.source.name)
+        for w, on in zip(watched, notifiers, strict=True)
+    ]
     tasks += [asyncio.create_task(worker()) for _ in range(workers)]
     tasks.append(asyncio.create_task(resyncs()))
     try:

@@ -48,26 +48,39 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--leave-running", action="store_true", help="source continues after dump")
     c.add_argument("--sign-key", type=Path, help="Ed25519 private key (PEM) to sign with")
     c.add_argument("--control-dir", type=Path, help="run the workload handshake here first")
-    c.add_argument("--handshake-timeout", type=float, default=DEFAULT_HANDSHAKE_TIMEOUT_S,
-                   metavar="S")  # fmt: skip
-    c.add_argument("--quiesce", choices=[e.value for e in Engine], default=None,
-                   help="quiesce through this engine's own HTTP API on the source's loopback "
-                        "(vllm, sglang, tensorrt-llm), not at all (none), or the handshake "
-                        "(with --control-dir); a restore wakes it the same way")  # fmt: skip
+    c.add_argument(
+        "--handshake-timeout", type=float, default=DEFAULT_HANDSHAKE_TIMEOUT_S, metavar="S"
+    )
+    c.add_argument(
+        "--quiesce",
+        choices=[e.value for e in Engine],
+        default=None,
+        help="quiesce through this engine's own HTTP API on the source's loopback "
+        "(vllm, sglang, tensorrt-llm), not at all (none), or the handshake "
+        "(with --control-dir); a restore wakes it the same way",
+    )
     c.add_argument("--quiesce-port", type=int, help="the engine's port (default: its own)")
-    c.add_argument("--namespace", help="the source pod's namespace: only pods of that "
-                   "namespace may restore the artifact through the shim")  # fmt: skip
+    c.add_argument(
+        "--namespace",
+        help="the source pod's namespace: only pods of that "
+        "namespace may restore the artifact through the shim",
+    )
     c.add_argument("--pod-snapshot", help="the PodSnapshot it is made for (recorded)")
-    c.add_argument("--keep-zero-pages", action="store_true",
-                   help="keep the zero pages CRIU dumped (left out by default: they restore "
-                   "as zero anyway)")  # fmt: skip
-    c.add_argument("--no-split-memory", action="store_true",
-                   help="leave all memory in CRIU's page images (by default large private "
-                   "anonymous memory goes to the artifact's memory file, restored by many "
-                   "threads)")  # fmt: skip
+    c.add_argument(
+        "--keep-zero-pages",
+        action="store_true",
+        help="keep the zero pages CRIU dumped (left out by default: they restore as zero anyway)",
+    )
+    c.add_argument(
+        "--no-split-memory",
+        action="store_true",
+        help="leave all memory in CRIU's page images (by default large private "
+        "anonymous memory goes to the artifact's memory file, restored by many "
+        "threads)",
+    )
     c.add_argument("--json", action="store_true", help="print the result as JSON")
 
-    r = sub.add_parser("restore", help="verify an artifact and restore it")
+    r = sub.add_parser("restore", help="verify an artifact and restore it", allow_abbrev=False)
     r.add_argument("artifact", type=Path)
     r.add_argument("--pidfile", type=Path, help="write the restored root's host PID here")
     r.add_argument("--verify-key", type=Path, help="Ed25519 public key (PEM); requires a sig")
@@ -75,14 +88,21 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--netns", help="network namespace (name or path) to restore into")
     r.add_argument("--skip-compat", action="store_true", help="skip the compatibility gates")
     r.add_argument("--json", action="store_true", help="print the restore report as JSON")
-    r.add_argument("--fill-threads", type=int, metavar="N",
-                   help="threads filling the memory file (default: min(CPUs, 16))")  # fmt: skip
+    r.add_argument(
+        "--fill-threads",
+        type=int,
+        metavar="N",
+        help="threads filling the memory file (default: min(CPUs, 16))",
+    )
     # one name per setting: snapshot-agent's --fill-ledger is the on/off switch, this the place
-    r.add_argument("--fill-ledger-dir", "--fill-ledger", dest="fill_ledger", type=Path,
-                   metavar="DIR",
-                   default=NodeConfig.from_env().fill_ledger_dir,
-                   help="root-only directory of the memory-file chunks this node verified, "
-                        "as the shim uses it (default: the shim's)")  # fmt: skip
+    r.add_argument(
+        "--fill-ledger-dir",
+        type=Path,
+        metavar="DIR",
+        default=NodeConfig.from_env().fill_ledger_dir,
+        help="root-only directory of the memory-file chunks this node verified, "
+        "as the shim uses it (default: the shim's)",
+    )
 
     v = sub.add_parser("verify", help="check an artifact's digests and signature")
     v.add_argument("artifact", type=Path)
@@ -162,30 +182,34 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     m = res.manifest
     _emit(
         args,
-        {"artifact": str(res.path), "manifestDigest": res.digest, "sizeBytes": m.size_bytes,
-         "cuda": m.uses_cuda, "timings": m.timings},
+        {
+            "artifact": str(res.path),
+            "manifestDigest": res.digest,
+            "sizeBytes": m.size_bytes,
+            "cuda": m.uses_cuda,
+            "timings": m.timings,
+        },
         f"checkpointed {args.container or f'PID {args.pid}'} -> {res.path} ({human(m.size_bytes)}, "
         f"{m.timings['total']:.2f}s: {phases_text(m.timings)})",
-    )  # fmt: skip
+    )
     return 0
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from .artifact import signing
+    from .node import NodeContext
 
-    key = signing.load_public_key(args.verify_key) if args.verify_key else None
+    node = NodeContext.standalone(args.verify_key, args.fill_threads, args.fill_ledger_dir)
     try:
         report = restore(
             RestoreRequest(
                 artifact=args.artifact,
+                node=node,
                 pidfile=args.pidfile,
-                verify_key=key,
                 control_dir=args.control_dir,
                 netns=args.netns,
                 skip_compat=args.skip_compat,
-                fill_threads=args.fill_threads,
-                fill_ledger=args.fill_ledger,
             ),
+            None,
             Progress(enabled=None if not args.json else False),
         )
     except SnapshotError as e:
@@ -226,8 +250,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def _artifact_dir(path: Path) -> Path:
     if str(path).startswith("oci:"):
-        raise SnapshotError(f"{path}: an oci:// artifact is not read here; give the artifact "
-                            "directory (a node's cache holds pulled ones)")  # fmt: skip
+        raise SnapshotError(
+            f"{path}: an oci:// artifact is not read here; give the artifact "
+            "directory (a node's cache holds pulled ones)"
+        )
     if not path.is_dir():
         raise SnapshotError(f"{path}: not an artifact directory")
     return path

@@ -1,8 +1,9 @@
 """Compatibility gates: can this host restore that artifact?
 
-``check`` is a pure function over the manifest's compat block and a ``HostInfo``; it returns
-every reason (field, expected, found) rather than stopping at the first. The restore path and
-the node agent (which pre-pulls only what its node could restore) both use it.
+``check`` is a pure function over two host fingerprints (api/host.py): the manifest's compat
+block (where the artifact was made) and this host's (``host_info``); it returns every reason
+(field, expected, found) rather than stopping at the first. The restore path and the node
+agent (which pre-pulls only what its node could restore) both use it.
 """
 
 from __future__ import annotations
@@ -10,24 +11,12 @@ from __future__ import annotations
 import os
 import platform
 import re
-from dataclasses import dataclass, field
 
-from api.manifest import Compat, GpuInfo
+from api.host import GpuInfo, HostFingerprint
 
 from .criu.runner import criu_version, version_tuple
 from .cuda.driver import CudaDriver, cuda_driver_version, driver_version, proc_gpus
 from .errors import CompatReason
-
-
-@dataclass
-class HostInfo:
-    arch: str
-    kernel: str
-    criu_version: str
-    driver_version: str | None = None
-    cuda_driver_version: int | None = None
-    gpus: list[GpuInfo] = field(default_factory=list)
-    image_digest: str | None = None
 
 
 def kernel_series(release: str) -> tuple[int, ...]:
@@ -39,11 +28,11 @@ def host_info(
     image_digest: str | None = None,
     with_gpus: bool = False,
     criu: str | None = None,
-) -> HostInfo:
+) -> HostFingerprint:
     """Describe this host. GPUs and driver come from the ``cuda`` handle when given, else (with
     ``with_gpus``) from the kernel driver's /proc files, without initialising CUDA. ``criu``:
     CRIU's version when the caller knows it (``criu --version`` took 0.09 s on a GPU node)."""
-    info = HostInfo(
+    info = HostFingerprint(
         arch=platform.machine(),
         kernel=os.uname().release,
         criu_version=criu or criu_version(),
@@ -76,8 +65,11 @@ def allocated_gpus(spec: dict | None, gpus: list[GpuInfo], minors: dict[str, int
         if wanted == ["all"]:
             return list(gpus)
         return [g for i, g in enumerate(gpus) if g.uuid in wanted or str(i) in wanted]
-    nodes = {int(m[1]) for d in (spec.get("linux") or {}).get("devices") or []
-             if (m := _NVIDIA_DEV.fullmatch(d.get("path", "")))}  # fmt: skip
+    nodes = {
+        int(m[1])
+        for d in (spec.get("linux") or {}).get("devices") or []
+        if (m := _NVIDIA_DEV.fullmatch(d.get("path", "")))
+    }
     return [g for g in gpus if minors.get(g.uuid) in nodes]
 
 
@@ -94,7 +86,7 @@ def gpu_assignment(wanted: list[GpuInfo], have: list[GpuInfo]) -> list[GpuInfo |
     return out
 
 
-def gpu_pairs(compat: Compat, host: HostInfo) -> list[tuple[str, str]]:
+def gpu_pairs(compat: HostFingerprint, host: HostFingerprint) -> list[tuple[str, str]]:
     return [
         (g.uuid, h.uuid)
         for g, h in zip(compat.gpus, gpu_assignment(compat.gpus, host.gpus), strict=True)
@@ -102,7 +94,7 @@ def gpu_pairs(compat: Compat, host: HostInfo) -> list[tuple[str, str]]:
     ]
 
 
-def check(compat: Compat, host: HostInfo) -> list[CompatReason]:
+def check(compat: HostFingerprint, host: HostFingerprint) -> list[CompatReason]:
     reasons: list[CompatReason] = []
 
     def need(fieldname: str, expected: object, found: object) -> None:

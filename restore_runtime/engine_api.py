@@ -59,8 +59,9 @@ class _Api:
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise self._late(f"{method} {path}")
-        conn = http.client.HTTPConnection("127.0.0.1", self.q.engine_port,
-                                          timeout=min(CALL_TIMEOUT_S, left))  # fmt: skip
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", self.q.engine_port, timeout=min(CALL_TIMEOUT_S, left)
+        )
         # an engine that trickles its answer keeps every read inside the timeout: the
         # connection is cut at the deadline whatever it is doing
         cut = threading.Timer(left, lambda: _shutdown(conn))
@@ -80,21 +81,22 @@ class _Api:
             cut.cancel()
             conn.close()
         if len(raw) > MAX_ANSWER:
-            raise EngineApiError(f"{self.q.engine} {method} {path}: answer over {MAX_ANSWER} "
-                                 "bytes")  # fmt: skip
+            raise EngineApiError(f"{self.q.engine} {method} {path}: answer over {MAX_ANSWER} bytes")
         if r.status == 404 and missing_ok:
             return None
         if r.status == 404:
-            raise EngineApiError(f"{self.q.engine} has no {method} {path} (404): "
-                                 f"{ENABLE[self.q.engine]}")  # fmt: skip
+            raise EngineApiError(
+                f"{self.q.engine} has no {method} {path} (404): {ENABLE[self.q.engine]}"
+            )
         if r.status >= 300:
             text = raw[:300].decode(errors="replace")
             raise EngineApiError(f"{self.q.engine} {method} {path}: HTTP {r.status} {text}")
         try:
             return json.loads(raw) if raw.strip() else None
         except RecursionError:
-            raise EngineApiError(f"{self.q.engine} {method} {path}: answer nested too "
-                                 "deeply") from None  # fmt: skip
+            raise EngineApiError(
+                f"{self.q.engine} {method} {path}: answer nested too deeply"
+            ) from None
         except ValueError:
             return raw[:300].decode(errors="replace")
 
@@ -111,8 +113,9 @@ class _Api:
             time.sleep(POLL_S)
 
     def _late(self, what: str) -> EngineApiError:
-        return EngineApiError(f"{self.q.engine}: no answer to {what} within "
-                              f"{self.q.timeout_seconds}s")  # fmt: skip
+        return EngineApiError(
+            f"{self.q.engine}: no answer to {what} within {self.q.timeout_seconds}s"
+        )
 
     # -- the profiles ---------------------------------------------------------------------
     def vllm_sleeping(self) -> bool:
@@ -141,8 +144,9 @@ def _run(q: Quiesce, netns: str, steps: Callable[[_Api], None], phase: str) -> f
         except (TypeError, ValueError, ArithmeticError, RecursionError) as e:
             # the tenant's answers, converted: JSON Infinity (OverflowError), an object
             # where a number belongs (TypeError), nesting past the parser (RecursionError)
-            raise EngineApiError(f"{q.engine}: malformed answer ({type(e).__name__}: "
-                                 f"{str(e)[:200]})") from None  # fmt: skip
+            raise EngineApiError(
+                f"{q.engine}: malformed answer ({type(e).__name__}: {str(e)[:200]})"
+            ) from None
     except EngineApiError as e:
         e.phase = phase  # what a restore report names as the failed phase
         raise
@@ -155,8 +159,9 @@ def quiesce(q: Quiesce, netns: str) -> float:
     def steps(api: _Api) -> None:
         if q.engine == Engine.VLLM:
             if api.vllm_sleeping():
-                raise EngineApiError("vllm is asleep already: another checkpoint's, or a "
-                                     "restore not woken")  # fmt: skip
+                raise EngineApiError(
+                    "vllm is asleep already: another checkpoint's, or a restore not woken"
+                )
             api.call("POST", "/sleep?level=1")
             api.until(api.vllm_sleeping, "vllm reporting is_sleeping")
         elif q.engine == Engine.SGLANG:

@@ -64,8 +64,9 @@ _libc = ctypes.CDLL(None, use_errno=True)
 def fs_type(file: Path | int) -> int:
     """statfs's f_type of a path, or of an open descriptor (fstatfs)."""
     buf = ctypes.create_string_buffer(256)  # struct statfs; f_type is its first word
-    ok = (_libc.fstatfs(file, buf) if isinstance(file, int)
-          else _libc.statfs(os.fsencode(file), buf)) == 0  # fmt: skip
+    ok = (
+        _libc.fstatfs(file, buf) if isinstance(file, int) else _libc.statfs(os.fsencode(file), buf)
+    ) == 0
     if not ok:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), str(file))
@@ -114,8 +115,9 @@ class Ledger:
         self._slot_fd: int | None = None  # this fill's counted slot in FILLS (enter)
 
     @classmethod
-    def open(cls, root: Path, memory_file: Path | int, algorithm: str,
-             digests: list[str]) -> Ledger | None:  # fmt: skip
+    def open(
+        cls, root: Path, memory_file: Path | int, algorithm: str, digests: list[str]
+    ) -> Ledger | None:
         """The ledger of ``memory_file`` (checked against ``digests``) under ``root``, or None
         where marks cannot be trusted: the file on a shared file system, changed within
         ``SETTLE_S``, or ``root`` not a root-only directory. Makes ``root`` (0700) if missing.
@@ -166,9 +168,13 @@ class Ledger:
         """How many fills are under way on this node, this one included."""
         fd = os.open(self.path.parent / FILLS, _OPEN, 0o600)
         try:
-            held = sum(struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_OFD_GETLK,
-                                                         _lock(fcntl.F_WRLCK, s)))[0]
-                       != fcntl.F_UNLCK for s in range(_SLOTS))  # fmt: skip
+            held = sum(
+                struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _lock(fcntl.F_WRLCK, s)))[
+                    0
+                ]
+                != fcntl.F_UNLCK
+                for s in range(_SLOTS)
+            )
         finally:
             os.close(fd)
         return max(1, held)

@@ -52,8 +52,14 @@ class _Iovec(ctypes.Structure):
 
 
 _IOV = ctypes.POINTER(_Iovec)
-_libc.process_vm_writev.argtypes = [ctypes.c_int, _IOV, ctypes.c_ulong, _IOV, ctypes.c_ulong,
-                                    ctypes.c_ulong]  # fmt: skip
+_libc.process_vm_writev.argtypes = [
+    ctypes.c_int,
+    _IOV,
+    ctypes.c_ulong,
+    _IOV,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+]
 _libc.process_vm_writev.restype = ctypes.c_ssize_t
 
 
@@ -69,8 +75,9 @@ class _Plan:
         self.starts = [r.offset for r in self.ranges]
         missing = sorted({r.pid for r in ranges} - set(host_pid))
         if missing:
-            raise SnapshotError(f"the memory index names processes {missing} that the restored "
-                                "tree does not have")  # fmt: skip
+            raise SnapshotError(
+                f"the memory index names processes {missing} that the restored tree does not have"
+            )
         self.host_pid = host_pid
 
     def pieces(self, offset: int, length: int):
@@ -92,12 +99,21 @@ def _write(pid: int, buf: ctypes.Array, at: int, remote: int, length: int) -> No
     n = _libc.process_vm_writev(pid, ctypes.byref(local), 1, ctypes.byref(far), 1, 0)
     if n != length:
         err = ctypes.get_errno() if n < 0 else 0
-        raise SnapshotError(f"filling PID {pid} at {remote:#x}: wrote {n} of {length} bytes"
-                            + (f" ({os.strerror(err)})" if err else ""))  # fmt: skip
+        raise SnapshotError(
+            f"filling PID {pid} at {remote:#x}: wrote {n} of {length} bytes"
+            + (f" ({os.strerror(err)})" if err else "")
+        )
 
 
-def _chunk(fd: int, plan: _Plan, algorithm: FileDigest, index: int, offset: int,
-           length: int, verify: bool = True) -> tuple[str | None, dict]:  # fmt: skip
+def _chunk(
+    fd: int,
+    plan: _Plan,
+    algorithm: FileDigest,
+    index: int,
+    offset: int,
+    length: int,
+    verify: bool = True,
+) -> tuple[str | None, dict]:
     """Write chunk ``index`` where it belongs, hashing it unless ``verify`` is off; returns its
     digest (None unhashed) and the seconds this thread spent in each step."""
     h = new_hash(algorithm) if verify else None
@@ -111,8 +127,15 @@ def _chunk(fd: int, plan: _Plan, algorithm: FileDigest, index: int, offset: int,
             t0 = time.perf_counter()
             n = os.preadv(fd, [view[: min(len(raw), length - done)]], offset + done)
             if n <= 0:
-                raise VerificationError([Problem(MEMORY_PAGES, "truncated", "shorter than its "
-                                                 f"manifest entry (chunk {index})")])  # fmt: skip
+                raise VerificationError(
+                    [
+                        Problem(
+                            MEMORY_PAGES,
+                            "truncated",
+                            f"shorter than its manifest entry (chunk {index})",
+                        )
+                    ]
+                )
             t1 = time.perf_counter()
             if h is not None:
                 h.update(view[:n])
@@ -162,9 +185,17 @@ class _Share:
         return thread < self.threads
 
 
-def _drain(thread: int, share: _Share, todo: deque, fd: int, plan: _Plan,
-           algorithm: FileDigest, digests: list[str], ledger: Ledger | None,
-           out: dict) -> None:  # fmt: skip
+def _drain(
+    thread: int,
+    share: _Share,
+    todo: deque,
+    fd: int,
+    plan: _Plan,
+    algorithm: FileDigest,
+    digests: list[str],
+    ledger: Ledger | None,
+    out: dict,
+) -> None:
     """One thread: fill chunks off ``todo`` until none is left, or until its share of the
     node's cores no longer includes it (it ends; the others finish the queue). A chunk
     another restore is hashing goes to the back once; met again, it is waited for up to
@@ -190,9 +221,16 @@ def _drain(thread: int, share: _Share, todo: deque, fd: int, plan: _Plan,
         out[i] = digest, spent
 
 
-def fill(memory: Path | int, chunk_size: int, digests: list[str], algorithm: FileDigest,
-         ranges: list[MemoryRange], host_pid: dict[int, int], workers: int | None = None,
-         ledger: Ledger | None = None) -> FillResult:  # fmt: skip
+def fill(
+    memory: Path | int,
+    chunk_size: int,
+    digests: list[str],
+    algorithm: FileDigest,
+    ranges: list[MemoryRange],
+    host_pid: dict[int, int],
+    workers: int | None = None,
+    ledger: Ledger | None = None,
+) -> FillResult:
     """Write the memory file's bytes into the stopped tree (``host_pid``: the images' PIDs to
     the host's), checking chunk ``i`` against ``digests[i]`` unless ``ledger`` says this node
     already did. Raises VerificationError on a mismatch, SnapshotError on a failed write.
@@ -207,20 +245,38 @@ def fill(memory: Path | int, chunk_size: int, digests: list[str], algorithm: Fil
         os.close(fd)
 
 
-def _fill(fd: int, chunk_size: int, digests: list[str], algorithm: FileDigest,
-          ranges: list[MemoryRange], host_pid: dict[int, int], workers: int | None,
-          ledger: Ledger | None) -> FillResult:  # fmt: skip
+def _fill(
+    fd: int,
+    chunk_size: int,
+    digests: list[str],
+    algorithm: FileDigest,
+    ranges: list[MemoryRange],
+    host_pid: dict[int, int],
+    workers: int | None,
+    ledger: Ledger | None,
+) -> FillResult:
     size = os.fstat(fd).st_size
     plan = _Plan(ranges, host_pid)
     offsets = range(0, size, chunk_size)
     chunks = [(i, off, min(chunk_size, size - off)) for i, off in enumerate(offsets)]
     if len(chunks) != len(digests):
-        raise VerificationError([Problem(MEMORY_PAGES, "truncated", f"{len(chunks)} chunks, the "
-                                         f"manifest lists {len(digests)}")])  # fmt: skip
+        raise VerificationError(
+            [
+                Problem(
+                    MEMORY_PAGES,
+                    "truncated",
+                    f"{len(chunks)} chunks, the manifest lists {len(digests)}",
+                )
+            ]
+        )
     lengths = sorted(r.length for r in ranges)
-    log.info("memory index: %d range(s) of %d process(es), median %d bytes, %.2f GB",
-             len(lengths), len(host_pid), lengths[len(lengths) // 2] if lengths else 0,
-             sum(lengths) / 1e9)  # fmt: skip
+    log.info(
+        "memory index: %d range(s) of %d process(es), median %d bytes, %.2f GB",
+        len(lengths),
+        len(host_pid),
+        lengths[len(lengths) // 2] if lengths else 0,
+        sum(lengths) / 1e9,
+    )
     if ledger is not None:  # restores that start together begin apart (fill_ledger.py)
         start = random.randrange(len(chunks)) if chunks else 0
         chunks = chunks[start:] + chunks[:start]
@@ -232,25 +288,34 @@ def _fill(fd: int, chunk_size: int, digests: list[str], algorithm: FileDigest,
         ledger.enter()
     try:
         with ThreadPoolExecutor(n) as pool:
-            for f in [pool.submit(_drain, t, share, todo, fd, plan, algorithm, digests,
-                                  ledger, out) for t in range(n)]:  # fmt: skip
+            for f in [
+                pool.submit(_drain, t, share, todo, fd, plan, algorithm, digests, ledger, out)
+                for t in range(n)
+            ]:
                 f.result()
     finally:
         if ledger is not None:
             ledger.leave()
     results = [out[i] for i in range(len(digests))]
     # where the threads' time went, summed over them: read, hash or write bound
-    log.info("fill thread-seconds: %s", {k: round(sum(s[k] for _, s in results), 2)
-                                         for k in ("read", "hash", "write")})  # fmt: skip
-    bad = [i for i, ((a, _), b) in enumerate(zip(results, digests, strict=True))
-           if a is not None and a != b]  # fmt: skip
+    log.info(
+        "fill thread-seconds: %s",
+        {k: round(sum(s[k] for _, s in results), 2) for k in ("read", "hash", "write")},
+    )
+    bad = [
+        i
+        for i, ((a, _), b) in enumerate(zip(results, digests, strict=True))
+        if a is not None and a != b
+    ]
     if bad:
-        raise VerificationError([Problem(MEMORY_PAGES, "modified", f"{algorithm} mismatch in "
-                                         f"chunk(s) {bad[:5]}")])  # fmt: skip
+        raise VerificationError(
+            [Problem(MEMORY_PAGES, "modified", f"{algorithm} mismatch in chunk(s) {bad[:5]}")]
+        )
     trusted = sum(a is None for a, _ in results)
     if trusted and ledger is not None and not ledger.unchanged():
-        raise VerificationError([Problem(MEMORY_PAGES, "modified", "the memory file changed "
-                                         "while it was filled in")])  # fmt: skip
+        raise VerificationError(
+            [Problem(MEMORY_PAGES, "modified", "the memory file changed while it was filled in")]
+        )
     if trusted:
         log.info("fill: %d of %d chunk(s) verified before on this node", trusted, len(chunks))
     return FillResult(size, len(chunks) - trusted, trusted, len(share.used))

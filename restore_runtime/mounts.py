@@ -28,10 +28,16 @@ def parse_options(options: list[str]) -> tuple[int, str]:
 def mount(type_: str, source: str, target: str, options: list[str]) -> None:
     flags, data = parse_options(options)
     fstype = None if flags & MS_BIND else type_
-    if _libc.mount(
-        source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
-        data.encode() if data else None,
-    ) != 0:  # fmt: skip
+    if (
+        _libc.mount(
+            source.encode(),
+            target.encode(),
+            fstype.encode() if fstype else None,
+            flags,
+            data.encode() if data else None,
+        )
+        != 0
+    ):
         err = ctypes.get_errno()
         raise OSError(err, f"mount {type_} {source} on {target}: {os.strerror(err)}")
     if flags & MS_BIND and flags & MS_RDONLY:  # a bind mount only becomes read-only on remount
@@ -81,8 +87,11 @@ def mount_of(path: str | os.PathLike, mountinfo: str = "/proc/self/mountinfo") -
             if not inside or len(target) < len(best):
                 continue
             tags = fields[6 : fields.index("-")]
-            kinds = [k for k, tag in (("shared", "shared:"), ("slave", "master:"))
-                     if any(t.startswith(tag) for t in tags)]  # fmt: skip
+            kinds = [
+                k
+                for k, tag in (("shared", "shared:"), ("slave", "master:"))
+                if any(t.startswith(tag) for t in tags)
+            ]
             best = target
             mode = ",".join(kinds) or ("unbindable" if "unbindable" in tags else "private")
     return best, mode
@@ -112,7 +121,8 @@ def remove_tree(path: str | os.PathLike) -> None:
     top = os.path.normpath(os.fspath(path))
     with open("/proc/self/mountinfo") as f:
         under = [_unescape(ln.split()[4]) for ln in f]
-    for target in sorted((t for t in under if t.startswith(top + "/") or t == top),
-                         key=len, reverse=True):  # fmt: skip
+    for target in sorted(
+        (t for t in under if t.startswith(top + "/") or t == top), key=len, reverse=True
+    ):
         unmount(target)
     shutil.rmtree(top, ignore_errors=True)

@@ -195,26 +195,45 @@ class Runc:
             _, out, err = await self.runner.run([self.binary, "checkpoint", "--help"])
             self._skips_in_flight = b"--tcp-skip-in-flight" in out + err
             if not self._skips_in_flight:
-                log.warning("%s has no --tcp-skip-in-flight (runc < 1.2): a connection "
-                            "arriving during a dump fails it", self.binary)  # fmt: skip
+                log.warning(
+                    "%s has no --tcp-skip-in-flight (runc < 1.2): a connection "
+                    "arriving during a dump fails it",
+                    self.binary,
+                )
         return self._skips_in_flight
 
     async def checkpoint(
         self, id_: str, image_path: Path, work_path: Path, leave_running: bool
     ) -> None:
         in_flight = ["--tcp-skip-in-flight"] if await self.skips_in_flight() else []
-        args = [*self._criu(), "checkpoint", "--image-path", str(image_path), "--work-path",
-                str(work_path), "--tcp-established", *in_flight, "--file-locks",
-                *(["--leave-running"] if leave_running else []), id_]  # fmt: skip
+        args = [
+            *self._criu(),
+            "checkpoint",
+            "--image-path",
+            str(image_path),
+            "--work-path",
+            str(work_path),
+            "--tcp-established",
+            *in_flight,
+            "--file-locks",
+            *(["--leave-running"] if leave_running else []),
+            id_,
+        ]
         try:
             await self.run(id_, args)
         except RuncError as e:
             raise e.as_criu_error("dump (runc checkpoint)", work_path / "dump.log") from e
 
     async def restore(
-        self, id_: str, bundle: Path, image_path: Path, work_path: Path, pidfile: Path,
-        stdio: Stdio, criu_config: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        id_: str,
+        bundle: Path,
+        image_path: Path,
+        work_path: Path,
+        pidfile: Path,
+        stdio: Stdio,
+        criu_config: str | None = None,
+    ) -> None:
         """``runc restore --detach``; ``criu_config`` (CRIU options, one per line) reaches
         CRIU through the bundle's ``org.criu.config`` annotation, which runc honours."""
         if criu_config is not None:
@@ -224,9 +243,21 @@ class Runc:
             spec = json.loads(spec_path.read_text())
             spec.setdefault("annotations", {})[CRIU_CONFIG_ANNOTATION] = str(conf)
             spec_path.write_text(json.dumps(spec))
-        args = [*self._criu(), "restore", "--detach", "--bundle", str(bundle), "--image-path",
-                str(image_path), "--work-path", str(work_path), "--pid-file", str(pidfile),
-                "--file-locks", id_]  # fmt: skip
+        args = [
+            *self._criu(),
+            "restore",
+            "--detach",
+            "--bundle",
+            str(bundle),
+            "--image-path",
+            str(image_path),
+            "--work-path",
+            str(work_path),
+            "--pid-file",
+            str(pidfile),
+            "--file-locks",
+            id_,
+        ]
         try:
             await self.run(id_, args, stdio, capture=False)
         except RuncError as e:

@@ -33,8 +33,6 @@ from . import VERSION
 if TYPE_CHECKING:
     import asyncio
 
-    from restore_runtime.runc import Runc
-
     from .task.service import TaskService
 
 # Heavy imports (asyncio, protobuf, the engine) happen in serve()/delete only: ``start`` runs
@@ -56,8 +54,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("-socket", default="")
     p.add_argument("-debug", action="store_true")
     p.add_argument("-v", dest="version", action="store_true")
-    p.add_argument("-info", dest="info", action="store_true",
-                   help="print the runtime's info (features) as protobuf and exit")  # fmt: skip
+    p.add_argument(
+        "-info",
+        dest="info",
+        action="store_true",
+        help="print the runtime's info (features) as protobuf and exit",
+    )
     p.add_argument("action", nargs="?", default="serve")
     return p.parse_args(argv)
 
@@ -120,8 +122,7 @@ def _name_process(name: bytes) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(15, name, 0, 0, 0)  # PR_SET_NAME
 
 
-def _serve_forked(args: argparse.Namespace, node: NodeConfig,
-                  listener: socket.socket) -> NoReturn:  # fmt: skip
+def _serve_forked(args: argparse.Namespace, node: NodeConfig, listener: socket.socket) -> NoReturn:
     """The forked server: a session of its own, and none of ``start``'s descriptors but the
     listener (containerd reads ``start``'s stdout until every writer has closed it)."""
     code = 1
@@ -155,8 +156,11 @@ def cmd_delete(args: argparse.Namespace, node: NodeConfig) -> int:
     # waiting on each other for good, the restored tree stuck in CRIU's restorer): end it,
     # its CRIU and what CRIU restored so far, before the container is deleted
     _end_restores_of(args.id)
-    subprocess.run(["runc", "--root", str(root), "delete", "--force", args.id],
-                   capture_output=True, check=False)  # fmt: skip
+    subprocess.run(
+        ["runc", "--root", str(root), "delete", "--force", args.id],
+        capture_output=True,
+        check=False,
+    )
     _remove_runc_state(root, args.id)
     subprocess.run(["umount", "-l", str(bundle / "rootfs")], capture_output=True, check=False)
     # a restore the dead shim was running leaves its work directory and images view there
@@ -219,9 +223,10 @@ def _setup_logging(logfile: Path, debug: bool) -> None:
         os.set_blocking(fd, True)
         handlers.append(logging.StreamHandler(os.fdopen(fd, "w", buffering=1)))
     logging.basicConfig(
-        level=logging.DEBUG if debug else logging.INFO, handlers=handlers,
+        level=logging.DEBUG if debug else logging.INFO,
+        handlers=handlers,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )  # fmt: skip
+    )
 
 
 def dump_stacks() -> None:
@@ -240,10 +245,12 @@ def dump_stacks() -> None:
             handler.stream.flush()
 
 
-async def serve(args: argparse.Namespace, node: NodeConfig,
-                sock: socket.socket | None = None) -> None:  # fmt: skip
+async def serve(
+    args: argparse.Namespace, node: NodeConfig, sock: socket.socket | None = None
+) -> None:
     import asyncio
 
+    from restore_runtime.node import NodeContext
     from restore_runtime.runc import Runc
 
     from .reaper import Reaper, become_subreaper
@@ -263,20 +270,21 @@ async def serve(args: argparse.Namespace, node: NodeConfig,
     publisher.start()
     runc = Runc(
         root=node.runc_root / args.namespace,
-        binary=node.runc_binary,
+        binary=node.runtime_binary,
         log_dir=workdir,
         runner=reaper,
     )
     stop = asyncio.Event()
-    # the node's settings, parsed once: every restore this shim serves uses them
-    service = TaskService(runc, reaper, publisher, workdir, node, on_empty=stop.set)
+    # the node, built once (its settings parsed as the shim started): every container and
+    # every restore this shim serves uses it
+    service = TaskService(NodeContext.of(node, runc), reaper, publisher, workdir, on_empty=stop.set)
     if sock is None:  # started as ``serve`` by hand: the listener is descriptor 3
         sock = socket.socket(fileno=3)
     server = await serve_unix(service.handlers(), sock=sock)
     log.info(
         "%s serving %s for %s/%s on %s", VERSION, SERVICE, args.namespace, args.id, args.socket
     )
-    warming = _warm_up(service, runc)
+    warming = _warm_up(service)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, dump_stacks)
@@ -296,7 +304,7 @@ async def serve(args: argparse.Namespace, node: NodeConfig,
     os._exit(0)
 
 
-def _warm_up(service: TaskService, runc: Runc) -> asyncio.Task | None:
+def _warm_up(service: TaskService) -> asyncio.Task | None:
     """The engine loaded in the background when this shim was started for a pod's sandbox
     or a restoring container (its bundle is our working directory)."""
     import asyncio
@@ -309,7 +317,7 @@ def _warm_up(service: TaskService, runc: Runc) -> asyncio.Task | None:
         return None
     if not wants_warm_up(spec):
         return None
-    return asyncio.get_running_loop().create_task(warm_up(runc, service.node))
+    return asyncio.get_running_loop().create_task(warm_up(service.node))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -96,9 +96,13 @@ class Reaper:
             err_r, stderr = os.pipe()
         try:
             proc = subprocess.Popen(
-                cmd, stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                stdout=stdout, stderr=stderr, env=env, close_fds=True,
-            )  # fmt: skip
+                cmd,
+                stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                env=env,
+                close_fds=True,
+            )
         finally:
             for fd in (
                 stdout if out_r is not None else None,

@@ -40,21 +40,36 @@ GetPod = Callable[[str, str], Awaitable[dict[str, Any] | None]]
 MAX_BODY = MAX_MANIFEST_BYTES * 4 // 3 + 64 * 1024
 
 
-def create_app(key: Ed25519PrivateKey, authenticate: Authenticate, get_snapshot: GetSnapshot,
-               get_pod: GetPod, agent_user: str,
-               audience: str = SIGNER_AUDIENCE, retired: bytes = b"") -> FastAPI:  # fmt: skip
+def create_app(
+    key: Ed25519PrivateKey,
+    authenticate: Authenticate,
+    get_snapshot: GetSnapshot,
+    get_pod: GetPod,
+    agent_user: str,
+    audience: str = SIGNER_AUDIENCE,
+    retired: bytes = b"",
+) -> FastAPI:
     """``agent_user``: the node agents' service account (system:serviceaccount:NS:NAME), the
     only caller served. ``authenticate`` is asked through ``identity.screened``. ``retired``:
     public keys (PEM) served after the key's own, for what they signed before a rotation."""
     app = FastAPI(title="snapshot-signer", docs_url=None, redoc_url=None, openapi_url=None)
     registry = CollectorRegistry()
     results = ("signed", "refused", "unauthenticated", "malformed", "unavailable")
-    answers = zeroed(Counter("snapshot_signer_requests", "Signature requests, by result "
-                             f"({', '.join(results)})", ["result"], registry=registry),
-                     *results)  # fmt: skip
-    reviews = Counter("snapshot_signer_token_reviews", "TokenReviews asked of the API server "
-                      "(tokens not made for the signer, and repeats, are answered without one)",
-                      registry=registry)  # fmt: skip
+    answers = zeroed(
+        Counter(
+            "snapshot_signer_requests",
+            f"Signature requests, by result ({', '.join(results)})",
+            ["result"],
+            registry=registry,
+        ),
+        *results,
+    )
+    reviews = Counter(
+        "snapshot_signer_token_reviews",
+        "TokenReviews asked of the API server "
+        "(tokens not made for the signer, and repeats, are answered without one)",
+        registry=registry,
+    )
     authenticate = screened(authenticate, audience, reviews.inc)
     public_pem = signing.public_pem(key) + retired
 
@@ -103,17 +118,23 @@ def create_app(key: Ed25519PrivateKey, authenticate: Authenticate, get_snapshot:
             if snap is not None:
                 pod = await get_pod(req.namespace, snap.spec.source.pod_ref.name)
         except Exception as e:
-            log.warning("reading PodSnapshot %s/%s or its pod failed: %s", req.namespace,
-                        req.name, e)  # fmt: skip
+            log.warning(
+                "reading PodSnapshot %s/%s or its pod failed: %s", req.namespace, req.name, e
+            )
             return answer("unavailable", 503, f"cannot read the PodSnapshot: {type(e).__name__}")
         if why := policy.refusal(caller, agent_user, req, snap, manifest, pod):
             log.warning("refused %s (node %s): %s", caller.username, caller.node, why)
             return answer("refused", 403, why)
         signature = key.sign(raw)
         answers.labels("signed").inc()
-        log.info("signed manifest sha256:%s of PodSnapshot %s/%s (uid %s) for node %s",
-                 hashlib.sha256(raw).hexdigest(), req.namespace, req.name, req.uid,
-                 caller.node)  # fmt: skip
+        log.info(
+            "signed manifest sha256:%s of PodSnapshot %s/%s (uid %s) for node %s",
+            hashlib.sha256(raw).hexdigest(),
+            req.namespace,
+            req.name,
+            req.uid,
+            caller.node,
+        )
         return JSONResponse(SignResponse.of(signature).model_dump())
 
     return app

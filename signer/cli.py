@@ -42,27 +42,51 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=8443)
     key = p.add_mutually_exclusive_group(required=True)
     key.add_argument("--key", type=Path, help="the Ed25519 private key (PEM)")
-    key.add_argument("--key-secret", metavar="NAME",
-                     help="the Secret (in --namespace) that holds it as private.pem; made "
-                          "there when absent")  # fmt: skip
-    p.add_argument("--retired-keys", type=Path,
-                   help="with --key: public keys (PEM) still served for verification")  # fmt: skip
+    key.add_argument(
+        "--key-secret",
+        metavar="NAME",
+        help="the Secret (in --namespace) that holds it as private.pem; made there when absent",
+    )
+    p.add_argument(
+        "--retired-keys",
+        type=Path,
+        help="with --key: public keys (PEM) still served for verification",
+    )
     p.add_argument("--tls-cert", type=Path, help="serving certificate (PEM)")
     p.add_argument("--tls-key", type=Path, help="its private key (PEM)")
-    p.add_argument("--self-signed", type=Path, metavar="DIR",
-                   help="make (or reuse) a CA and serving certificate in DIR instead")  # fmt: skip
-    p.add_argument("--tls-secret", metavar="NAME",
-                   help="keep a CA and serving certificate for --service in this Secret "
-                        "(made there when absent or due for renewal)")  # fmt: skip
-    p.add_argument("--ca-configmap", metavar="NAME",
-                   help="publish the serving CA (ca.crt) in this ConfigMap")  # fmt: skip
+    p.add_argument(
+        "--self-signed",
+        type=Path,
+        metavar="DIR",
+        help="make (or reuse) a CA and serving certificate in DIR instead",
+    )
+    p.add_argument(
+        "--tls-secret",
+        metavar="NAME",
+        help="keep a CA and serving certificate for --service in this Secret "
+        "(made there when absent or due for renewal)",
+    )
+    p.add_argument(
+        "--ca-configmap", metavar="NAME", help="publish the serving CA (ca.crt) in this ConfigMap"
+    )
     p.add_argument("--service", default="snapshot-signer", help="Service name, for the cert")
-    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "snapshot-system"),
-                   help="the signer's namespace (default: $POD_NAMESPACE)")  # fmt: skip
-    p.add_argument("--extra-san", action="append", default=[],
-                   help="a name or IP the self-signed certificate covers")  # fmt: skip
-    p.add_argument("--agent-service-account", required=True, metavar="NAMESPACE:NAME",
-                   help="the node agents' service account: the only caller signed for")  # fmt: skip
+    p.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE", "snapshot-system"),
+        help="the signer's namespace (default: $POD_NAMESPACE)",
+    )
+    p.add_argument(
+        "--extra-san",
+        action="append",
+        default=[],
+        help="a name or IP the self-signed certificate covers",
+    )
+    p.add_argument(
+        "--agent-service-account",
+        required=True,
+        metavar="NAMESPACE:NAME",
+        help="the node agents' service account: the only caller signed for",
+    )
     p.add_argument("--audience", default=SIGNER_AUDIENCE)
     p.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
     p.add_argument("--log-level", default="info")
@@ -96,13 +120,15 @@ async def load_key(api, args: argparse.Namespace) -> tuple[Ed25519PrivateKey, by
 
 async def serving_cert(api, args: argparse.Namespace) -> tuple[Path, Path]:
     """The certificate and key files to serve with; the CA published when asked."""
-    tls = await certs.made_for(api, args.namespace, args.service, args.extra_san,
-                               args.tls_secret, args.self_signed)  # fmt: skip
+    tls = await certs.made_for(
+        api, args.namespace, args.service, args.extra_san, args.tls_secret, args.self_signed
+    )
     if tls is None:
         return args.tls_cert, args.tls_key
     if args.ca_configmap:
-        await owned.publish_configmap(api, args.namespace, args.ca_configmap,
-                                      {"ca.crt": tls.ca_pem.decode()})  # fmt: skip
+        await owned.publish_configmap(
+            api, args.namespace, args.ca_configmap, {"ca.crt": tls.ca_pem.decode()}
+        )
     return tls.cert, tls.key
 
 
@@ -113,9 +139,15 @@ async def serve(args: argparse.Namespace) -> None:
         cert, tls_key = await serving_cert(api, args)
         snapshots = kube.pod_snapshots(api)
         agent = f"system:serviceaccount:{args.agent_service_account}"
-        app = create_app(key, token_review(api, args.audience), snapshots.get,
-                         lambda ns, name: kube.read_pod(api, ns, name), agent,
-                         args.audience, retired)  # fmt: skip
+        app = create_app(
+            key,
+            token_review(api, args.audience),
+            snapshots.get,
+            lambda ns, name: kube.read_pod(api, ns, name),
+            agent,
+            args.audience,
+            retired,
+        )
         log.info("signing for %s (audience %s)", args.agent_service_account, args.audience)
         await certs.serve_tls(app, args.host, args.port, cert, tls_key, args.log_level)
 

@@ -81,8 +81,9 @@ def _claims(token: str) -> dict[str, Any] | None:
     return payload if isinstance(payload, dict) else None
 
 
-def screened(authenticate: Authenticate, audience: str,
-             reviewed: Callable[[], None] = lambda: None) -> Authenticate:  # fmt: skip
+def screened(
+    authenticate: Authenticate, audience: str, reviewed: Callable[[], None] = lambda: None
+) -> Authenticate:
     """``authenticate`` behind the screen, cache and bound above; ``reviewed`` is called for
     every TokenReview really asked for (the signer counts them)."""
     answers: OrderedDict[bytes, tuple[float, Caller | None]] = OrderedDict()

@@ -22,8 +22,14 @@ class Caller:
     node: str | None
 
 
-def refusal(caller: Caller, agent_user: str, req: SignRequest, snap: PodSnapshot | None,
-            manifest: Manifest, pod: dict[str, Any] | None) -> str | None:  # fmt: skip
+def refusal(
+    caller: Caller,
+    agent_user: str,
+    req: SignRequest,
+    snap: PodSnapshot | None,
+    manifest: Manifest,
+    pod: dict[str, Any] | None,
+) -> str | None:
     """Why not to sign, or None. ``pod``: the PodSnapshot's source pod as the API server has
     it (None when it does not exist)."""
     ref = f"PodSnapshot {req.namespace}/{req.name}"

@@ -14,22 +14,32 @@ ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
 
 @contextlib.contextmanager
-def installed_policy(control_plane, ns: str, values: dict | None = None, suffix: str = "",
-                     webhook: bool = True) -> Iterator:  # fmt: skip
+def installed_policy(
+    control_plane, ns: str, values: dict | None = None, suffix: str = "", webhook: bool = True
+) -> Iterator:
     """The chart's policy (its binding narrowed to ``ns``, so other tests sharing the API
     server are not affected), rendered with ``values``; with ``webhook``, also its webhook
     registration, pointed at a port where nothing listens (failurePolicy Ignore: the API
     server admits without it). Yields an admin client once the policy is enforced."""
     objs = chart.render(set_values=values)
-    (vap,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"
-              and o["metadata"]["name"].endswith("-annotations")]  # fmt: skip
-    (binding,) = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"
-                  and o["metadata"]["name"].endswith("-annotations")]  # fmt: skip
+    (vap,) = [
+        o
+        for o in objs
+        if o["kind"] == "ValidatingAdmissionPolicy"
+        and o["metadata"]["name"].endswith("-annotations")
+    ]
+    (binding,) = [
+        o
+        for o in objs
+        if o["kind"] == "ValidatingAdmissionPolicyBinding"
+        and o["metadata"]["name"].endswith("-annotations")
+    ]
     vap["metadata"]["name"] += suffix
     binding["metadata"]["name"] += suffix
     binding["spec"]["policyName"] = vap["metadata"]["name"]
-    binding["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {
-        "kubernetes.io/metadata.name": ns}}}  # fmt: skip
+    binding["spec"]["matchResources"] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}
+    }
     created = [
         (f"{ADMISSION}/validatingadmissionpolicies", vap),
         (f"{ADMISSION}/validatingadmissionpolicybindings", binding),
@@ -59,10 +69,11 @@ def _wait_until_enforced(c, ns: str) -> None:
     """The API server loads policies asynchronously: probe with a pod it must reject (an
     artifact annotation without nvidia.com/restore-from), without creating it."""
     forged = {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": "policy-probe", "annotations": {ann.ARTIFACT: "file:///etc"}},
         "spec": {"containers": [{"name": "main", "image": "registry.local/probe:1"}]},
-    }  # fmt: skip
+    }
 
     def refused() -> bool:
         r = c.post(f"/api/v1/namespaces/{ns}/pods", params={"dryRun": "All"}, json=forged)

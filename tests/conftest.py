@@ -63,8 +63,11 @@ _FIXTURE_MARKERS = {"control_plane": "apiserver", "containerd": "containerd"}
 def pytest_collection_modifyitems(config, items):
     """Mark each test with the components its fixtures start, and skip, saying why, a test
     whose component is missing on this machine."""
-    missing = {"criu": CRIU_PROBLEM, "containerd": CONTAINERD_PROBLEM,
-               "gpu": None if HAS_GPU else "no NVIDIA GPU/driver on this machine"}  # fmt: skip
+    missing = {
+        "criu": CRIU_PROBLEM,
+        "containerd": CONTAINERD_PROBLEM,
+        "gpu": None if HAS_GPU else "no NVIDIA GPU/driver on this machine",
+    }
     for item in items:
         for fixture, marker in _FIXTURE_MARKERS.items():
             if fixture in getattr(item, "fixturenames", ()):
@@ -80,10 +83,14 @@ def pytest_configure(config):
         return
     from devnode import apiserver, chart, cluster, project_image
 
-    for what, problem in (("CRIU", CRIU_PROBLEM), ("control-plane", apiserver.missing()),
-                          ("chart", chart.missing()), ("cluster", cluster.missing()),
-                          ("containerd 2.x", _containerd2_problem()),
-                          ("image", project_image.missing())):  # fmt: skip
+    for what, problem in (
+        ("CRIU", CRIU_PROBLEM),
+        ("control-plane", apiserver.missing()),
+        ("chart", chart.missing()),
+        ("cluster", cluster.missing()),
+        ("containerd 2.x", _containerd2_problem()),
+        ("image", project_image.missing()),
+    ):
         if problem:
             raise pytest.UsageError(
                 f"SNAPSHOT_STRICT_DEPS is set but {what} tests cannot run: {problem}"
@@ -143,9 +150,10 @@ CRI_NODE = [
     requires_containerd,
     pytest.mark.root,
     pytest.mark.slow,
-    pytest.mark.skipif(not (TOOLS_BIN / "crictl").exists(),
-                       reason=f"crictl not built (make tools: {TOOLS_BIN})"),
-]  # fmt: skip
+    pytest.mark.skipif(
+        not (TOOLS_BIN / "crictl").exists(), reason=f"crictl not built (make tools: {TOOLS_BIN})"
+    ),
+]
 
 
 def cluster_marks() -> list[pytest.MarkDecorator]:

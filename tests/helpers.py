@@ -58,25 +58,33 @@ def kill(pid: int) -> None:
 
 
 def start_counter(
-    tmp: Path, host: str = "127.0.0.1", port: int | None = None, netns: str | None = None,
-    control_dir: Path | None = None, script: Path = COUNTER,
-) -> tuple[int, int]:  # fmt: skip
+    tmp: Path,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    netns: str | None = None,
+    control_dir: Path | None = None,
+    script: Path = COUNTER,
+) -> tuple[int, int]:
     port = port or free_port()
     env = (
         {"SNAPSHOT_CONTROL_DIR": str(control_dir)} if control_dir else {"SNAPSHOT_CONTROL_DIR": ""}
     )
     pid = sandbox.start(
-        [sys.executable, str(script), host, str(port)], tmp / f"counter-{port}.log",
-        netns=netns, env=env,
-    )  # fmt: skip
+        [sys.executable, str(script), host, str(port)],
+        tmp / f"counter-{port}.log",
+        netns=netns,
+        env=env,
+    )
     return pid, port
 
 
 def snapshotctl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     p = subprocess.run(
         [sys.executable, "-m", "restore_runtime.cli", *args],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     if check and p.returncode != 0:
         raise AssertionError(f"snapshotctl {' '.join(args)} failed ({p.returncode}):\n{p.stderr}")
     return p
@@ -120,8 +128,12 @@ def shim_pids(container_id: str) -> list[int]:
 def mapped_outside(pid: int | str, tree: str) -> list[str]:
     """The files process ``pid`` maps (its /proc/PID/maps) that are not under ``tree``: what
     a node bundle's process took from its host."""
-    mapped = {f.strip() for ln in Path(f"/proc/{pid}/maps").read_text().splitlines()
-              for f in ln.split(None, 5)[5:] if f.strip().startswith("/")}  # fmt: skip
+    mapped = {
+        f.strip()
+        for ln in Path(f"/proc/{pid}/maps").read_text().splitlines()
+        for f in ln.split(None, 5)[5:]
+        if f.strip().startswith("/")
+    }
     return sorted(m for m in mapped if not m.startswith(f"{tree.rstrip('/')}/"))
 
 
@@ -136,3 +148,40 @@ def hung_api_server(kubeconfig: Path, dest: Path) -> Iterator[Path]:
         cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{hole.getsockname()[1]}"
         dest.write_text(yaml.safe_dump(cfg))
         yield dest
+
+
+class BeforeTheTree(Exception):
+    """What ``StopBeforeTree`` raises: the restore passed every check before the tree."""
+
+
+class StopBeforeTree:
+    """A TreeRestorer that restores nothing: the engine's phases up to the tree's restore
+    (verify, gates, stage, rebind) run alone, and the restore then ends as a failure would."""
+
+    def criu_version(self) -> str:
+        from restore_runtime.criu import runner
+
+        return runner.criu_version()
+
+    def restore(self, images: Path, work: Path, netns: str | None) -> int:
+        raise BeforeTheTree()
+
+    def discard(self) -> None:
+        return None
+
+
+def up_to_the_tree(req) -> None:
+    """Run ``req`` up to the tree's restore; raises what a check raised."""
+    from restore_runtime.executor.restore import restore
+
+    with contextlib.suppress(BeforeTheTree):
+        restore(req, StopBeforeTree())
+
+
+def bound_node(store: Path):
+    """The shim's kind of node: restores bound to ``store`` (signatures off: these tests are
+    about the binding)."""
+    from api.node import NodeConfig
+    from restore_runtime.node import NodeContext
+
+    return NodeContext.of(NodeConfig(store_root=store, signing_required=False, fill_ledger=False))

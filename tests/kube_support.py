@@ -39,16 +39,21 @@ async def resync(component: Any) -> None:
 async def settle(agent: Any) -> None:
     """Until the agent's checkpoints and pre-pulls in flight have ended."""
     while agent.running or agent.pulling:
-        await asyncio.gather(*agent.running.values(), *agent.pulling.values(),
-                             return_exceptions=True)  # fmt: skip
+        await asyncio.gather(
+            *agent.running.values(), *agent.pulling.values(), return_exceptions=True
+        )
 
 
 async def hand_over(control_plane, api, ns: str, name: str, pod: str, **spec) -> None:
     """A PodSnapshot of ``pod``, handed to the pod's node by the controller's own reconcile
     (two passes: it is created, then handed over)."""
     source = {"podRef": {"name": pod}, "containers": ["main"]}
-    body = {"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
-            "metadata": {"name": name}, "spec": {"source": source, **spec}}  # fmt: skip
+    body = {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "PodSnapshot",
+        "metadata": {"name": name},
+        "spec": {"source": source, **spec},
+    }
     r = api.post(f"/apis/nvidia.com/v1alpha1/namespaces/{ns}/podsnapshots", json=body)
     assert r.status_code == 201, r.text
     async with await kube.api_client(str(control_plane.kubeconfig)) as client:

@@ -35,8 +35,9 @@ def test_the_project_image_has_the_same_code_both_ways():
     assert copied == set(project_image.PROJECT_PACKAGES)
     files = project_image.spec("snapshot").files
     for pkg in project_image.PROJECT_PACKAGES:
-        assert any(p.startswith(f"opt/snapshot/lib/python3.13/site-packages/{pkg}/")
-                   for p in files), pkg  # fmt: skip
+        assert any(
+            p.startswith(f"opt/snapshot/lib/python3.13/site-packages/{pkg}/") for p in files
+        ), pkg
 
 
 def test_the_demo_image_has_the_same_files_both_ways():

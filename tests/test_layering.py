@@ -24,8 +24,17 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 COMPONENTS = {"shim", "webhook", "controller", "agent", "signer"}
 DEV_ONLY = {"devnode", "bench", "examples", "tests"}
-CONTROL_PLANE_LIBS = {"kubernetes_asyncio", "kubernetes", "fastapi", "uvicorn", "jsonpatch",
-                      "prometheus_client", "starlette", "httpx", "aiohttp"}  # fmt: skip
+CONTROL_PLANE_LIBS = {
+    "kubernetes_asyncio",
+    "kubernetes",
+    "fastapi",
+    "uvicorn",
+    "jsonpatch",
+    "prometheus_client",
+    "starlette",
+    "httpx",
+    "aiohttp",
+}
 ALL_OURS = {"api", "restore_runtime", "kubeclient"} | COMPONENTS | DEV_ONLY
 
 #: package -> what of ours (and which third-party control-plane libraries) it may import:

@@ -47,8 +47,9 @@ def test_a_demo_sized_flow_leaves_the_machine_as_it_was(containerd, tmp_path):
     ignore = {str(containerd.base)}
     before = machine_state(ignore)
     base = Path(f"/tmp/snapshot-leak-{uuid.uuid4().hex[:6]}")
-    node = Containerd(base, subnet="10.233.9.0/24", bridge="snapbr9", bin_dirs=[VENV_BIN],
-                      major=containerd.major)  # fmt: skip
+    node = Containerd(
+        base, subnet="10.233.9.0/24", bridge="snapbr9", bin_dirs=[VENV_BIN], major=containerd.major
+    )
     work = tmp_path / "work"
     work.mkdir()
     try:
@@ -61,8 +62,15 @@ def test_a_demo_sized_flow_leaves_the_machine_as_it_was(containerd, tmp_path):
             uid = uuid.uuid4().hex
             sandbox, cfg = cri.run_pod(f"{name}-{uid[:5]}", "snapshot", annotations, uid=uid)
             mounts = (*workloads.mounts(), workloads.control_mount(ctl, uid))
-            ctr = cri.create(sandbox, cfg, "main", "localhost/snapshot/busybox:1", COUNTER,
-                             mounts, env={"SNAPSHOT_CONTROL_DIR": "/snapshot-control"})  # fmt: skip
+            ctr = cri.create(
+                sandbox,
+                cfg,
+                "main",
+                "localhost/snapshot/busybox:1",
+                COUNTER,
+                mounts,
+                env={"SNAPSHOT_CONTROL_DIR": "/snapshot-control"},
+            )
             cri.run("start", ctr)
             return sandbox, ctl, ctr
 

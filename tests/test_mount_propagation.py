@@ -17,8 +17,10 @@ from devnode.cluster import Cluster
 from restore_runtime.mounts import mount_of, propagation_problem
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [pytest.mark.root,
-              pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")]  # fmt: skip
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root"),
+]
 
 
 @contextlib.contextmanager
@@ -68,11 +70,20 @@ def test_the_installer_names_a_private_kubelet_root_and_installs_nothing(tmp_pat
     host.mkdir()
     with bind(tmp_path / "kubelet", "private") as kubelet:
         p = subprocess.run(
-            [sys.executable, "-m", "agent.cli", "install-node", f"--host-root={host}",
-             "--prefix=/opt/snapshot", "--no-signing-required",
-             f"--host-to-container={kubelet}"],
-            cwd=ROOT, capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "agent.cli",
+                "install-node",
+                f"--host-root={host}",
+                "--prefix=/opt/snapshot",
+                "--no-signing-required",
+                f"--host-to-container={kubelet}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
     assert p.returncode != 0
     assert f"{kubelet} is on mount {kubelet}, whose propagation is private" in p.stderr
     assert list(host.iterdir()) == []  # nothing installed
@@ -97,12 +108,21 @@ def test_the_image_build_leaves_the_hosts_mounts_alone(tmp_path):
     for f in bins.iterdir():
         f.chmod(0o755)
     cache = tmp_path / "cache"
-    env = {**os.environ, "PATH": f"{bins}:{os.environ['PATH']}", "SNAPSHOT_PYTHON": "python",
-           "SNAPSHOT_IMAGE_CACHE": str(cache)}  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{bins}:{os.environ['PATH']}",
+        "SNAPSHOT_PYTHON": "python",
+        "SNAPSHOT_IMAGE_CACHE": str(cache),
+    }
     env.pop("SNAPSHOT_IMAGE_OWN_MOUNTS", None)
     with bind(tmp_path / "kubelet", "shared") as kubelet:
-        p = subprocess.run(["bash", str(ROOT / "tools/build-image.sh"), "cpu-demo"], env=env,
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+        p = subprocess.run(
+            ["bash", str(ROOT / "tools/build-image.sh"), "cpu-demo"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert p.returncode == 0, p.stderr
         assert mount_of(kubelet) == (str(kubelet), "shared")
     assert list(cache.glob("cpu-demo-base-*.tar")), "the stand-in build did not run"

@@ -42,8 +42,11 @@ def chains() -> list[str]:
     for family in ("iptables", "ip6tables"):
         for table in ("filter", "nat", "mangle", "raw"):
             dump = subprocess.run([f"{family}-save", "-t", table], capture_output=True, text=True)
-            out += [f"{family}:{table}:{ln[1:].split()[0]}" for ln in dump.stdout.splitlines()
-                    if ln.startswith(":")]  # fmt: skip
+            out += [
+                f"{family}:{table}:{ln[1:].split()[0]}"
+                for ln in dump.stdout.splitlines()
+                if ln.startswith(":")
+            ]
     return sorted(out)
 
 
@@ -78,21 +81,31 @@ def machine() -> dict[str, list[str]]:
 
 
 def sweep() -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "devnode.sweep"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "devnode.sweep"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.timeout(400)
 def test_sweep_after_a_killed_cluster_leaves_the_machine_as_before(tmp_path):
     # a live run's node (this test's): the sweep must keep it
-    live = Containerd(Path(f"/tmp/snapshot-sweep-{os.getpid()}"), bridge="snapbr8",
-                      subnet="10.233.8.0/24")  # fmt: skip
+    live = Containerd(
+        Path(f"/tmp/snapshot-sweep-{os.getpid()}"), bridge="snapbr8", subnet="10.233.8.0/24"
+    )
     try:
         live.start()
         before = machine()
-        run = subprocess.Popen([sys.executable, "-c", RUN, str(tmp_path / "run")], cwd=ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)  # fmt: skip
+        run = subprocess.Popen(
+            [sys.executable, "-c", RUN, str(tmp_path / "run")],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             lines = []
             for line in run.stdout:

@@ -30,24 +30,37 @@ log = logging.getLogger("snapshot.webhook")
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.admissions = zeroed(Counter(
-            "snapshot_webhook_admissions",
-            "Admission reviews answered, by result (unchanged, mutated, fell-back, denied, "
-            "malformed, error)",
-            ["result"],
-            registry=self.registry,
-        ), "unchanged", "mutated", "fell-back", "denied", "malformed", "error")  # fmt: skip
+        self.admissions = zeroed(
+            Counter(
+                "snapshot_webhook_admissions",
+                "Admission reviews answered, by result (unchanged, mutated, fell-back, denied, "
+                "malformed, error)",
+                ["result"],
+                registry=self.registry,
+            ),
+            "unchanged",
+            "mutated",
+            "fell-back",
+            "denied",
+            "malformed",
+            "error",
+        )
         self.latency = Histogram(
             "snapshot_webhook_admission_seconds",
             "Time to answer an admission review, including the PodSnapshot lookup",
             registry=self.registry,
         )
-        self.lookups = zeroed(Counter(
-            "snapshot_webhook_snapshot_lookups",
-            "PodSnapshot lookups, by outcome (found, not-found, unavailable)",
-            ["outcome"],
-            registry=self.registry,
-        ), "found", "not-found", "unavailable")  # fmt: skip
+        self.lookups = zeroed(
+            Counter(
+                "snapshot_webhook_snapshot_lookups",
+                "PodSnapshot lookups, by outcome (found, not-found, unavailable)",
+                ["outcome"],
+                registry=self.registry,
+            ),
+            "found",
+            "not-found",
+            "unavailable",
+        )
 
 
 def create_app(
@@ -102,10 +115,14 @@ def create_app(
         name = (req.object or {}).get("metadata", {}).get("name") or req.name or "(generated)"
         log.info(
             "%s pod %s/%s: %s%s",
-            req.operation, req.namespace, name, decision.result,
+            req.operation,
+            req.namespace,
+            name,
+            decision.result,
             f" ({decision.message or '; '.join(decision.warnings)})"
-            if decision.message or decision.warnings else "",
-        )  # fmt: skip
+            if decision.message or decision.warnings
+            else "",
+        )
         return JSONResponse(review.response(req.uid, decision))
 
     return app

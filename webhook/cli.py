@@ -39,30 +39,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tls-cert", type=Path, help="serving certificate (PEM)")
     p.add_argument("--tls-key", type=Path, help="its private key (PEM)")
     p.add_argument(
-        "--self-signed", type=Path, metavar="DIR",
+        "--self-signed",
+        type=Path,
+        metavar="DIR",
         help="make (or reuse) a CA and serving certificate in DIR instead of --tls-cert/--tls-key",
-    )  # fmt: skip
-    p.add_argument("--tls-secret", metavar="NAME",
-                   help="keep the CA and serving certificate in this Secret")  # fmt: skip
+    )
+    p.add_argument(
+        "--tls-secret", metavar="NAME", help="keep the CA and serving certificate in this Secret"
+    )
     p.add_argument("--service", default="snapshot-webhook", help="Service name, for the cert")
     p.add_argument("--namespace", default="snapshot-system", help="Service namespace")
     p.add_argument("--extra-san", action="append", default=[], help="more cert names or IPs")
     p.add_argument(
-        "--patch-ca-bundle", metavar="NAME",
+        "--patch-ca-bundle",
+        metavar="NAME",
         help="set the caBundle of MutatingWebhookConfiguration NAME to the self-signed CA",
-    )  # fmt: skip
-    p.add_argument("--ca-bundle-recheck", type=float, default=CA_BUNDLE_RECHECK_S, metavar="S",
-                   help="seconds between checks that the caBundle is still ours")  # fmt: skip
+    )
+    p.add_argument(
+        "--ca-bundle-recheck",
+        type=float,
+        default=CA_BUNDLE_RECHECK_S,
+        metavar="S",
+        help="seconds between checks that the caBundle is still ours",
+    )
     p.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
     p.add_argument(
-        "--lookup-timeout", type=float, default=5.0,
+        "--lookup-timeout",
+        type=float,
+        default=5.0,
         help="seconds to wait for the API server before answering under the pod's policy; "
         "keep it below the webhook's timeoutSeconds (default 10)",
-    )  # fmt: skip
+    )
     p.add_argument("--runtime-class", default=DEFAULT_RUNTIME_CLASS)
-    p.add_argument("--pin-to-source-node", action="store_true",
-                   help="artifacts stay on the node that made them (a node-local store): a "
-                        "restore pod may run on that node only")  # fmt: skip
+    p.add_argument(
+        "--pin-to-source-node",
+        action="store_true",
+        help="artifacts stay on the node that made them (a node-local store): a "
+        "restore pod may run on that node only",
+    )
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
     if not made(args) and not (args.tls_cert and args.tls_key):
@@ -115,13 +129,15 @@ async def keep_ca_bundle(api, name: str, ca_pem: bytes, every_s: float) -> None:
 async def serve(args: argparse.Namespace) -> None:
     api = await kube.api_client(args.kubeconfig)
     async with api:
-        tls = await certs.made_for(api, args.namespace, args.service, args.extra_san,
-                                   args.tls_secret, args.self_signed)  # fmt: skip
+        tls = await certs.made_for(
+            api, args.namespace, args.service, args.extra_san, args.tls_secret, args.self_signed
+        )
         cert, key = (tls.cert, tls.key) if tls else (args.tls_cert, args.tls_key)
         keeper = None
         if args.patch_ca_bundle and tls is not None:
-            keeper = asyncio.create_task(keep_ca_bundle(api, args.patch_ca_bundle, tls.ca_pem,
-                                                        args.ca_bundle_recheck))  # fmt: skip
+            keeper = asyncio.create_task(
+                keep_ca_bundle(api, args.patch_ca_bundle, tls.ca_pem, args.ca_bundle_recheck)
+            )
         app = create_app(
             snapshot_lookup(kube.pod_snapshots(api), args.lookup_timeout),
             args.runtime_class,

@@ -20,23 +20,31 @@ def rows(folder: Path) -> list[dict]:
         d = json.loads(f.read_text())
         best = min(d["restores"], key=lambda r: r["first_response_s"])
         t, fill = best["report"]["timings"], best["report"].get("fillBytes") or 0
-        out.append({
-            "params_b": d["model"]["params"] / 1e9, "gb": d["checkpoint"]["artifact_bytes"] / 1e9,
-            "cold": d["cold_start_s"], "checkpoint": d["checkpoint"]["seconds"],
-            "ckpt_cuda": d["checkpoint"]["phases"]["cuda"],
-            "ckpt_criu": d["checkpoint"]["phases"]["criu"],
-            "first": [r["first_response_s"] for r in d["restores"]],
-            "identical": all(r["identical"] for r in d["restores"]),
-            "phases": {p: t.get(p, 0.0) for p in PHASES}, "total": t["total"],
-            "fill_gb_s": fill / 1e9 / t["fill"] if t.get("fill") else 0.0,
-        })  # fmt: skip
+        out.append(
+            {
+                "params_b": d["model"]["params"] / 1e9,
+                "gb": d["checkpoint"]["artifact_bytes"] / 1e9,
+                "cold": d["cold_start_s"],
+                "checkpoint": d["checkpoint"]["seconds"],
+                "ckpt_cuda": d["checkpoint"]["phases"]["cuda"],
+                "ckpt_criu": d["checkpoint"]["phases"]["criu"],
+                "first": [r["first_response_s"] for r in d["restores"]],
+                "identical": all(r["identical"] for r in d["restores"]),
+                "phases": {p: t.get(p, 0.0) for p in PHASES},
+                "total": t["total"],
+                "fill_gb_s": fill / 1e9 / t["fill"] if t.get("fill") else 0.0,
+            }
+        )
     return sorted(out, key=lambda r: r["params_b"])
 
 
 def table(rs: list[dict]) -> str:
-    lines = ["| parameters | artifact GB | cold s | restore s (first answer) | speed-up | "
-             "CRIU s | fill s (GB/s) | CUDA s | artifact GB / restore s | checkpoint s "
-             "(CUDA, CRIU) |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| parameters | artifact GB | cold s | restore s (first answer) | speed-up | "
+        "CRIU s | fill s (GB/s) | CUDA s | artifact GB / restore s | checkpoint s "
+        "(CUDA, CRIU) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rs:
         first = min(r["first"])
         p = r["phases"]
@@ -66,8 +74,13 @@ def plot(rs: list[dict], out: Path) -> None:
             bottom = [b + y for b, y in zip(bottom, ys, strict=True)]
     ax.plot(xs, [min(r["first"]) for r in rs], "k.-", label="first correct answer")
     for r in rs:
-        ax.annotate(f"{r['params_b']:.1f} B", (r["gb"], min(r["first"])),
-                    textcoords="offset points", xytext=(0, 6), ha="center")  # fmt: skip
+        ax.annotate(
+            f"{r['params_b']:.1f} B",
+            (r["gb"], min(r["first"])),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+        )
     ax.set_xlabel("artifact size, GB")
     ax.set_ylabel("restore, s")
     ax.set_title("Restore through containerd and the shim, one H100")

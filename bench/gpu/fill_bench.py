@@ -83,8 +83,11 @@ def _layout_target(ranges: list[MemoryRange], huge: bool) -> tuple[int, list[Mem
     starts = [c[0].vaddr & ~((2 << 20) - 1) for c in clusters]
     sizes = [c[-1].vaddr + c[-1].length - lo for c, lo in zip(clusters, starts, strict=True)]
     pid, bases = _targets(sizes, huge)
-    moved = [MemoryRange(pid=1, vaddr=base + r.vaddr - lo, length=r.length, offset=r.offset)
-             for c, lo, base in zip(clusters, starts, bases, strict=True) for r in c]  # fmt: skip
+    moved = [
+        MemoryRange(pid=1, vaddr=base + r.vaddr - lo, length=r.length, offset=r.offset)
+        for c, lo, base in zip(clusters, starts, bases, strict=True)
+        for r in c
+    ]
     return pid, moved
 
 
@@ -103,16 +106,27 @@ def replay(artifact: Path, threads: int | None = None) -> dict:
         by_pid.setdefault(r.pid, []).append(r)
     ranges = max(by_pid.values(), key=lambda rs: sum(r.length for r in rs))
     lengths = sorted(r.length for r in ranges)
-    out: dict = {"ranges": len(lengths), "bytes": sum(lengths), "processes": len(by_pid),
-                 "length_p10_p50_p90": [lengths[len(lengths) * q // 10] for q in (1, 5, 9)],
-                 "runs": []}  # fmt: skip
+    out: dict = {
+        "ranges": len(lengths),
+        "bytes": sum(lengths),
+        "processes": len(by_pid),
+        "length_p10_p50_p90": [lengths[len(lengths) * q // 10] for q in (1, 5, 9)],
+        "runs": [],
+    }
     for block in (1 << 20, 4 << 20):
         for huge in (True, False):
             pid, moved = _layout_target(ranges, huge)
             memfill._BLOCK, t0 = block, time.monotonic()
             try:
-                memfill.fill(artifact / MEMORY_PAGES, manifest.chunk_size, entry.digests,
-                             manifest.file_digest, moved, {1: pid}, threads)  # fmt: skip
+                memfill.fill(
+                    artifact / MEMORY_PAGES,
+                    manifest.chunk_size,
+                    entry.digests,
+                    manifest.file_digest,
+                    moved,
+                    {1: pid},
+                    threads,
+                )
                 dt, err = time.monotonic() - t0, None
             except Exception as e:  # other processes' ranges fail their chunks' digests
                 dt, err = time.monotonic() - t0, f"{type(e).__name__}: {e}"[:300]
@@ -121,8 +135,9 @@ def replay(artifact: Path, threads: int | None = None) -> dict:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             gb_s = round(out["bytes"] / dt / 1e9, 2)
-            out["runs"].append({"block": block, "huge": huge, "seconds": round(dt, 3),
-                                "gb_s": gb_s, "error": err})  # fmt: skip
+            out["runs"].append(
+                {"block": block, "huge": huge, "seconds": round(dt, 3), "gb_s": gb_s, "error": err}
+            )
     return out
 
 
@@ -144,8 +159,11 @@ def _hash_mapped(path: Path, size: int, threads: int, new) -> None:
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
         view = memoryview(m)
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda o: new(view[o : o + CHUNK_SIZE]).digest(),
-                          range(0, size, CHUNK_SIZE)))  # fmt: skip
+            list(
+                pool.map(
+                    lambda o: new(view[o : o + CHUNK_SIZE]).digest(), range(0, size, CHUNK_SIZE)
+                )
+            )
         view.release()
 
 
@@ -178,16 +196,22 @@ def main() -> int:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         for threads in [int(t) for t in args.threads.split(",")]:
-            hashes = [("hash", None), ("hash-mapped-sha256", hashlib.sha256),
-                      ("hash-mapped-blake3", blake3)]  # fmt: skip
+            hashes = [
+                ("hash", None),
+                ("hash-mapped-sha256", hashlib.sha256),
+                ("hash-mapped-blake3", blake3),
+            ]
             for kind, new in hashes:
                 t0 = time.monotonic()
                 if new is None:
                     hash_slices(slices(path, size, CHUNK_SIZE), FILE_DIGEST, threads)
                 else:
                     _hash_mapped(path, size, threads, new)
-                run = {"kind": kind, "threads": threads,
-                       "gb_s": round(size / (time.monotonic() - t0) / 1e9, 2)}  # fmt: skip
+                run = {
+                    "kind": kind,
+                    "threads": threads,
+                    "gb_s": round(size / (time.monotonic() - t0) / 1e9, 2),
+                }
                 res["runs"].append(run)
                 print(json.dumps(run), flush=True)
             for huge in (False, True):
@@ -198,14 +222,24 @@ def main() -> int:
                         _raw(src, pid, addr, threads)
                     else:  # the artifact's hash, and the one older artifacts have
                         algorithm = "sha256" if kind == "fill-sha256" else FILE_DIGEST
-                        memfill.fill(path, CHUNK_SIZE, digests[algorithm], algorithm,
-                                     [MemoryRange(pid=1, vaddr=addr, length=size, offset=0)],
-                                     {1: pid}, threads)  # fmt: skip
+                        memfill.fill(
+                            path,
+                            CHUNK_SIZE,
+                            digests[algorithm],
+                            algorithm,
+                            [MemoryRange(pid=1, vaddr=addr, length=size, offset=0)],
+                            {1: pid},
+                            threads,
+                        )
                     dt = time.monotonic() - t0
                     os.kill(pid, signal.SIGKILL)
                     os.waitpid(pid, 0)
-                    run = {"kind": kind, "threads": threads, "huge": huge,
-                           "gb_s": round(size / dt / 1e9, 2)}  # fmt: skip
+                    run = {
+                        "kind": kind,
+                        "threads": threads,
+                        "huge": huge,
+                        "gb_s": round(size / dt / 1e9, 2),
+                    }
                     res["runs"].append(run)
                     print(json.dumps(run), flush=True)
                     args.out.write_text(json.dumps(res, indent=2))

@@ -18,8 +18,12 @@ from pathlib import Path
 from restore_runtime.criu.sparse import PAGE, PE_PRESENT, VMA_ANON_PRIVATE, mark_zero
 
 #: VMA status bits (CRIU's criu/include/image.h)
-KINDS = {VMA_ANON_PRIVATE: "anon-private", 1 << 6: "file-private", 1 << 7: "file-shared",
-         1 << 8: "anon-shared"}  # fmt: skip
+KINDS = {
+    VMA_ANON_PRIVATE: "anon-private",
+    1 << 6: "file-private",
+    1 << 7: "file-shared",
+    1 << 8: "anon-shared",
+}
 
 
 def _kind(vmas: list[dict], addr: int) -> str:

@@ -59,17 +59,37 @@ def kill_tree(pid: int) -> None:
 
 
 def gpu_used_mib() -> str:
-    p = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader"],
-                       capture_output=True, text=True)  # fmt: skip
+    p = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+    )
     return p.stdout.strip()
 
 
 def start_worker(args, port: int, ctl: Path, log: Path) -> int:
     ctl.mkdir(parents=True, exist_ok=True)
-    cmd = [*CTL, "run", "--log", str(log), "--control-dir", str(ctl), "--",
-           sys.executable, str(HERE / "worker.py"), "--port", str(port),
-           "--layers", str(args.layers), "--width", str(args.width), "--heads", str(args.heads),
-           "--kv-gb", str(args.kv_gb)]  # fmt: skip
+    cmd = [
+        *CTL,
+        "run",
+        "--log",
+        str(log),
+        "--control-dir",
+        str(ctl),
+        "--",
+        sys.executable,
+        str(HERE / "worker.py"),
+        "--port",
+        str(port),
+        "--layers",
+        str(args.layers),
+        "--width",
+        str(args.width),
+        "--heads",
+        str(args.heads),
+        "--kv-gb",
+        str(args.kv_gb),
+    ]
     return int(sh(cmd).stdout.strip())
 
 
@@ -89,8 +109,11 @@ def raw_fill(art: Path, pid: int) -> int:
         return 0
     index = MemoryIndex.from_json((art / MEMORY_INDEX).read_bytes())
     ledger_dir = NodeConfig().fill_ledger_dir  # the shim's, so both find the same marks
-    ledger = (Ledger.open(ledger_dir, art / MEMORY_PAGES, manifest.file_digest, entry.digests)
-              if ledger_dir is not None else None)  # fmt: skip
+    ledger = (
+        Ledger.open(ledger_dir, art / MEMORY_PAGES, manifest.file_digest, entry.digests)
+        if ledger_dir is not None
+        else None
+    )
     return memfill.fill(
         art / MEMORY_PAGES,
         manifest.chunk_size,
@@ -119,10 +142,10 @@ def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dic
     for f in ctl.iterdir():
         f.unlink()
     t0 = time.monotonic()
-    o = options.RestoreOptions(images_dir=imgs, work_dir=work, pidfile=work / "pid",
-                               leave_stopped=True)  # fmt: skip
-    subprocess.run([os.environ.get("SNAPSHOT_CRIU", "criu"), *options.restore_args(o)],
-                   check=True)  # fmt: skip
+    o = options.RestoreOptions(
+        images_dir=imgs, work_dir=work, pidfile=work / "pid", leave_stopped=True
+    )
+    subprocess.run([os.environ.get("SNAPSHOT_CRIU", "criu"), *options.restore_args(o)], check=True)
     t_criu = time.monotonic() - t0
     pid = int((work / "pid").read_text())
     filled = raw_fill(art, pid)
@@ -142,9 +165,14 @@ def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dic
     (ctl / RESTORE_COMPLETE).write_bytes(msg.to_json())
     t, d = first_response("127.0.0.1", port, t0, 300)
     kill_tree(pid)
-    return {"criu_s": round(t_criu, 3), "fill_s": round(t_fill, 3), "fill_bytes": filled,
-            "cuda_s": round(t_cuda, 3),
-            "first_response_s": round(t, 3), "identical": d == expect}  # fmt: skip
+    return {
+        "criu_s": round(t_criu, 3),
+        "fill_s": round(t_fill, 3),
+        "fill_bytes": filled,
+        "cuda_s": round(t_cuda, 3),
+        "first_response_s": round(t, 3),
+        "identical": d == expect,
+    }
 
 
 def sparse_copy(art: Path, dst: Path, res: dict) -> Path:
@@ -156,8 +184,12 @@ def sparse_copy(art: Path, dst: Path, res: dict) -> Path:
     shutil.copytree(art, dst)
     t0 = time.monotonic()
     r = elide_zero_pages(dst / "criu")
-    res["sparse"] = {"seconds": round(time.monotonic() - t0, 3), "pages": r.pages,
-                     "dropped_pages": r.dropped, "dropped_bytes": r.dropped_bytes}  # fmt: skip
+    res["sparse"] = {
+        "seconds": round(time.monotonic() - t0, 3),
+        "pages": r.pages,
+        "dropped_pages": r.dropped,
+        "dropped_bytes": r.dropped_bytes,
+    }
     return dst
 
 
@@ -176,14 +208,30 @@ def restore_once(art: Path, ctl: Path, port: int, expect: str, pidfile: Path) ->
     for f in ctl.iterdir():
         f.unlink()
     t0 = time.monotonic()
-    rep = json.loads(sh([*CTL, "restore", str(art), "--control-dir", str(ctl), "--json",
-                         "--pidfile", str(pidfile)]).stdout)  # fmt: skip
+    rep = json.loads(
+        sh(
+            [
+                *CTL,
+                "restore",
+                str(art),
+                "--control-dir",
+                str(ctl),
+                "--json",
+                "--pidfile",
+                str(pidfile),
+            ]
+        ).stdout
+    )
     t, d = first_response("127.0.0.1", port, t0, 300)
     pid = int(pidfile.read_text())
     used = gpu_used_mib()
     kill_tree(pid)
-    return {"first_response_s": round(t, 3), "identical": d == expect, "phases": rep["timings"],
-            "gpu_used_after_restore": used}  # fmt: skip
+    return {
+        "first_response_s": round(t, 3),
+        "identical": d == expect,
+        "phases": rep["timings"],
+        "gpu_used_after_restore": used,
+    }
 
 
 def port_free(port: int) -> bool:
@@ -227,11 +275,26 @@ def run(args) -> dict:
     res["gpu_used_before_checkpoint"] = gpu_used_mib()
 
     dense = ["--keep-zero-pages"] if args.sparse_trial else []
-    out = sh([*CTL, "checkpoint", "--pid", str(pid), "--output", str(art), "--control-dir",
-              str(ctl), "--json", *dense])  # fmt: skip
+    out = sh(
+        [
+            *CTL,
+            "checkpoint",
+            "--pid",
+            str(pid),
+            "--output",
+            str(art),
+            "--control-dir",
+            str(ctl),
+            "--json",
+            *dense,
+        ]
+    )
     ck = json.loads(out.stdout)
-    res["checkpoint"] = {"phases": ck["timings"], "artifact_bytes": ck["sizeBytes"],
-                         "cuda": ck["cuda"]}  # fmt: skip
+    res["checkpoint"] = {
+        "phases": ck["timings"],
+        "artifact_bytes": ck["sizeBytes"],
+        "cuda": ck["cuda"],
+    }
     res["gpu_used_after_checkpoint"] = gpu_used_mib()
     res["verify"] = sh([*CTL, "verify", str(art)]).stdout.strip()
     res["restore"] = [restore_once(art, ctl, port, ref, base / "pid") for _ in range(2)]
@@ -271,8 +334,11 @@ def run(args) -> dict:
         )
         t_after = time.monotonic()
         _, d2 = first_response("127.0.0.1", port, t_after, 60)
-        res["leave_running"] = {"phases": ck2["timings"], "source_still_serving": True,
-                                "identical": d2 == ref}  # fmt: skip
+        res["leave_running"] = {
+            "phases": ck2["timings"],
+            "source_still_serving": True,
+            "identical": d2 == ref,
+        }
         kill_tree(pid)
     r0 = res["restore"][0]["first_response_s"]
     res["summary"] = {
@@ -308,9 +374,12 @@ def main() -> None:
     )
     ap.add_argument("--name", default="gpu-proof")
     args = ap.parse_args()
-    res = {"command": " ".join(sys.argv), "machine": platform.node(),
-           "kernel": platform.release(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                   time.gmtime())}  # fmt: skip
+    res = {
+        "command": " ".join(sys.argv),
+        "machine": platform.node(),
+        "kernel": platform.release(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     try:
         res.update(run(args))
         res["ok"] = True

@@ -42,9 +42,15 @@ def answer_in(netns: str, port: int, since: float, timeout: float) -> tuple[floa
     return in_netns(netns, lambda: first_response("127.0.0.1", port, since, timeout))
 
 
-def round_of(n: int, start: Callable[[str, str], subprocess.CompletedProcess],
-             port: int, same: Callable[[str], bool], report_of: Callable[[str], dict],
-             run: str, cleanup: Callable[[str], None]) -> dict:  # fmt: skip
+def round_of(
+    n: int,
+    start: Callable[[str, str], subprocess.CompletedProcess],
+    port: int,
+    same: Callable[[str], bool],
+    report_of: Callable[[str], dict],
+    run: str,
+    cleanup: Callable[[str], None],
+) -> dict:
     """Restore ``n`` replicas at once: ``start(container_id, netns_path)`` runs one."""
     names = [f"r{n}x{i}-{run}" for i in range(n)]
     nets = {c: netns_add(f"snap-{c}") for c in names}
@@ -55,9 +61,12 @@ def round_of(n: int, start: Callable[[str, str], subprocess.CompletedProcess],
                 started = list(pool.map(lambda c: start(c, nets[c]), names))
                 answers = list(pool.map(lambda c: answer_in(nets[c], port, t0, 150), names))
         except Exception as e:  # what each replica reported says why
-            return {"replicas": n, "error": f"{type(e).__name__}: {e}",
-                    "after_s": round(time.monotonic() - t0, 1),
-                    "reports": [report_of(c) for c in names]}  # fmt: skip
+            return {
+                "replicas": n,
+                "error": f"{type(e).__name__}: {e}",
+                "after_s": round(time.monotonic() - t0, 1),
+                "reports": [report_of(c) for c in names],
+            }
         reports = [report_of(c) for c in names]
         firsts = [round(s, 3) for s, _ in answers]
         return {
@@ -76,8 +85,9 @@ def round_of(n: int, start: Callable[[str, str], subprocess.CompletedProcess],
             netns_del(f"snap-{c}")
 
 
-def curve(rounds: list[int], before: Callable[[], None] | None = None, suffix: str = "",
-          **kw) -> dict:  # fmt: skip
+def curve(
+    rounds: list[int], before: Callable[[], None] | None = None, suffix: str = "", **kw
+) -> dict:
     """Round ``n`` for each of ``rounds``, keyed ``f"{n}{suffix}"``; ``before`` runs ahead of
     each (the node's fill ledger emptied, for rounds that start cold)."""
     out: dict = {}

@@ -119,14 +119,27 @@ class Ranks:
     """The front's view of N engine processes, one line per command over their pipes."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        model = ["--layers", str(args.layers), "--width", str(args.width),
-                 "--heads", str(args.heads), "--kv-gb", str(args.kv_gb),
-                 "--engines", str(args.engines)]  # fmt: skip
+        model = [
+            "--layers",
+            str(args.layers),
+            "--width",
+            str(args.width),
+            "--heads",
+            str(args.heads),
+            "--kv-gb",
+            str(args.kv_gb),
+            "--engines",
+            str(args.engines),
+        ]
         self.procs = [
-            subprocess.Popen([sys.executable, __file__, "--rank", str(r), *model],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [sys.executable, __file__, "--rank", str(r), *model],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             for r in range(args.engines)
-        ]  # fmt: skip
+        ]
         self.params = sum(int(self._read(p).split("params=")[1].split()[0]) for p in self.procs)
 
     def ask(self, command: str) -> list[str]:
@@ -184,8 +197,11 @@ def main() -> None:
     t0 = time.time()
     engine = Ranks(args) if args.engines > 1 else Engine(args)
     weights = f" weights_s={engine.weights_s:.1f}" if isinstance(engine, Engine) else ""
-    print(f"ready params={engine.params} engines={args.engines}{weights} "
-          f"total_s={time.time() - t0:.1f}", flush=True)  # fmt: skip
+    print(
+        f"ready params={engine.params} engines={args.engines}{weights} "
+        f"total_s={time.time() - t0:.1f}",
+        flush=True,
+    )
     state = {"asleep": False}
 
     srv = listen(args.port)

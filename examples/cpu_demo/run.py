@@ -40,8 +40,9 @@ PORT = 8080
 IMAGE = "localhost/snapshot/busybox:1"
 
 
-def start_pod(cri: Crictl, name: str, control: Path, annotations: dict | None = None,
-              model: str = "digits") -> tuple[str, str, float]:  # fmt: skip
+def start_pod(
+    cri: Crictl, name: str, control: Path, annotations: dict | None = None, model: str = "digits"
+) -> tuple[str, str, float]:
     """A pod with the workload (``model``: digits or large) under handler snapshot; with the
     artifact annotation, the shim restores it instead. Returns (pod, container, the
     monotonic time its sandbox was up: where the kubelet starts a container)."""
@@ -50,8 +51,9 @@ def start_pod(cri: Crictl, name: str, control: Path, annotations: dict | None = 
     sandbox_up = time.monotonic()
     mounts = (*workloads.mounts(), workloads.control_mount(control, uid))
     command = workloads.command(["-m", "examples.cpu_demo.workload"], PORT, model)
-    ctr = cri.create(pod, cfg, "model", IMAGE, command, mounts,
-                     env={"SNAPSHOT_CONTROL_DIR": "/snapshot-control"})  # fmt: skip
+    ctr = cri.create(
+        pod, cfg, "model", IMAGE, command, mounts, env={"SNAPSHOT_CONTROL_DIR": "/snapshot-control"}
+    )
     cri.run("start", ctr)
     return pod, ctr, sandbox_up
 
@@ -98,8 +100,11 @@ def run(work: Path, node: Containerd) -> dict:
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="snapshot-demo-"))
     claim(work)
-    node = Containerd(Path(f"/tmp/snapshot-demo-cd-{uuid.uuid4().hex[:6]}"),
-                      bin_dirs=[str(Path(sys.executable).parent)], major=2)  # fmt: skip
+    node = Containerd(
+        Path(f"/tmp/snapshot-demo-cd-{uuid.uuid4().hex[:6]}"),
+        bin_dirs=[str(Path(sys.executable).parent)],
+        major=2,
+    )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         r = run(work, node)

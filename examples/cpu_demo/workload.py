@@ -33,8 +33,9 @@ def train(kind: str):
     elif kind == "large":
         from sklearn.datasets import make_classification
 
-        x, y = make_classification(n_samples=60_000, n_features=30, n_informative=15,
-                                   n_classes=4, random_state=0)  # fmt: skip
+        x, y = make_classification(
+            n_samples=60_000, n_features=30, n_informative=15, n_classes=4, random_state=0
+        )
         n_trees = 120
     else:
         raise SystemExit(f"unknown model {kind!r}: digits or large")

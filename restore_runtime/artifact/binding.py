@@ -57,8 +57,11 @@ def root_only(artifact: Path, store_root: Path) -> None:
     CRIU's read of it. Looked at with lstat only: nothing in the artifact is opened yet."""
     root = Path(os.path.realpath(store_root))
     real = Path(os.path.realpath(artifact))
-    chain = [root, *(p for p in reversed(real.parents) if p.is_relative_to(root) and p != root),
-             real]  # fmt: skip
+    chain = [
+        root,
+        *(p for p in reversed(real.parents) if p.is_relative_to(root) and p != root),
+        real,
+    ]
     suspects = [p for p in chain if _writable_by_others(os.lstat(p))]
     for dirpath, dirnames, filenames in os.walk(real):
         for name in (*dirnames, *filenames):

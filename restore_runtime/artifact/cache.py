@@ -69,8 +69,10 @@ class ArtifactCache:
             # manifest, would then fail every restore of the real artifact on this node
             _, problems = verify(st.dir)
             if problems:
-                raise OciError(f"{ref.uri} does not hold the files its manifest lists: "
-                               + "; ".join(str(p) for p in problems[:5]))  # fmt: skip
+                raise OciError(
+                    f"{ref.uri} does not hold the files its manifest lists: "
+                    + "; ".join(str(p) for p in problems[:5])
+                )
             try:
                 st.commit()
             except ArtifactExists:  # another restore pulled it meanwhile: same content
@@ -97,8 +99,10 @@ class ArtifactCache:
             shutil.rmtree(p, ignore_errors=True)
             used -= sizes[p]
         if used + needed > self.max_bytes:
-            raise OciError(f"the artifact cache cannot make room for {needed} bytes "
-                           f"({used} of {self.max_bytes} in use by recent restores)")  # fmt: skip
+            raise OciError(
+                f"the artifact cache cannot make room for {needed} bytes "
+                f"({used} of {self.max_bytes} in use by recent restores)"
+            )
 
     def remove_stale_staging(self, older_than_s: float) -> list[Path]:
         """Pulls killed mid-way leave their staging directories; one older than any pull

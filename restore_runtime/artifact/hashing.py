@@ -42,8 +42,14 @@ class Slice:
     holes: bool = False
 
 
-def hash_range(path: Path, offset: int, length: int, algorithm: FileDigest,
-               progress: ProgressFn | None = None, holes: bool = False) -> str:  # fmt: skip
+def hash_range(
+    path: Path,
+    offset: int,
+    length: int,
+    algorithm: FileDigest,
+    progress: ProgressFn | None = None,
+    holes: bool = False,
+) -> str:
     """The digest of ``length`` bytes at ``offset``. A file shorter than that hashes what it has,
     so a truncated file yields a different digest rather than an exception. With ``holes``,
     the zero blocks read are punched out of the file (it must be writable)."""

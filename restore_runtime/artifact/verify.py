@@ -159,8 +159,9 @@ def check_digests(
     return problems
 
 
-def copy_verified(jobs: list[HashJob], artifact: Path, dest: Path,
-                  algorithm: FileDigest) -> list[Problem]:  # fmt: skip
+def copy_verified(
+    jobs: list[HashJob], artifact: Path, dest: Path, algorithm: FileDigest
+) -> list[Problem]:
     """Each job's file read once, through a descriptor that follows no link, its bytes hashed
     and written to the same relative path under ``dest``: the restore then reads only those
     copies, so a store changed after the check (a shared store another node's root can
@@ -181,8 +182,9 @@ def copy_verified(jobs: list[HashJob], artifact: Path, dest: Path,
     return problems
 
 
-def _copy_hashing(src: Path, dst: Path, parts: list[Slice],
-                  algorithm: FileDigest) -> list[str] | None:  # fmt: skip
+def _copy_hashing(
+    src: Path, dst: Path, parts: list[Slice], algorithm: FileDigest
+) -> list[str] | None:
     digests = []
     fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:

@@ -32,16 +32,56 @@ from .images import _pycriu_images
 
 #: Linux capability numbers (include/uapi/linux/capability.h)
 CAPS = [
-    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
-    "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
-    "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT",
-    "SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD",
-    "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG",
-    "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
-]  # fmt: skip
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+]
 _BIT = {f"CAP_{name}": i for i, name in enumerate(CAPS)}
-SETS = {"cap_inh": "inheritable", "cap_prm": "permitted", "cap_eff": "effective",
-        "cap_bnd": "bounding", "cap_amb": "ambient"}  # fmt: skip
+SETS = {
+    "cap_inh": "inheritable",
+    "cap_prm": "permitted",
+    "cap_eff": "effective",
+    "cap_bnd": "bounding",
+    "cap_amb": "ambient",
+}
 SECCOMP_FILTER = 2
 
 
@@ -106,16 +146,18 @@ def load(images_dir: Path) -> list[Creds]:
         for entry in _core_entries(path):
             tc = entry.thread_core
             c = tc.creds
-            out.append(Creds(
-                where=path.name,
-                uids=(c.uid, c.euid, c.suid, c.fsuid),
-                gids=(c.gid, c.egid, c.sgid, c.fsgid),
-                groups=tuple(c.groups),
-                caps={k: _words(list(getattr(c, k))) for k in SETS},
-                no_new_privs=bool(c.no_new_privs),
-                seccomp_mode=int(tc.seccomp_mode),
-                lsm_profile=str(c.lsm_profile),
-            ))  # fmt: skip
+            out.append(
+                Creds(
+                    where=path.name,
+                    uids=(c.uid, c.euid, c.suid, c.fsuid),
+                    gids=(c.gid, c.egid, c.sgid, c.fsgid),
+                    groups=tuple(c.groups),
+                    caps={k: _words(list(getattr(c, k))) for k in SETS},
+                    no_new_privs=bool(c.no_new_privs),
+                    seccomp_mode=int(tc.seccomp_mode),
+                    lsm_profile=str(c.lsm_profile),
+                )
+            )
     return out
 
 
@@ -136,8 +178,13 @@ def check(threads: list[Creds], spec: dict[str, Any]) -> list[str]:
     # set at every exec; any other uid keeps only the spec's ambient set across its exec
     # (containerd lists its defaults as effective and permitted for every uid).
     granted = ceiling if uid == 0 else given["cap_amb"] & ceiling
-    limits = {"cap_bnd": ceiling, "cap_inh": ceiling, "cap_prm": granted, "cap_eff": granted,
-              "cap_amb": granted}  # fmt: skip
+    limits = {
+        "cap_bnd": ceiling,
+        "cap_inh": ceiling,
+        "cap_prm": granted,
+        "cap_eff": granted,
+        "cap_amb": granted,
+    }
     can_setuid = bool(granted >> _BIT["CAP_SETUID"] & 1)
     can_setgid = bool(granted >> _BIT["CAP_SETGID"] & 1)
     nnp = bool(process.get("noNewPrivileges"))
@@ -149,17 +196,23 @@ def check(threads: list[Creds], spec: dict[str, Any]) -> list[str]:
             if not (extra := bits & ~limits[key]):
                 continue
             if limits[key] == ceiling:
-                problems.append(f"{t.where}: {SETS[key]} capabilities {names(extra)} exceed the "
-                                "container's bounding set")  # fmt: skip
+                problems.append(
+                    f"{t.where}: {SETS[key]} capabilities {names(extra)} exceed the "
+                    "container's bounding set"
+                )
             else:
-                problems.append(f"{t.where}: {SETS[key]} capabilities {names(extra)}, the "
-                                f"container runs as uid {uid} with ambient "
-                                f"{names(granted) or 'none'}")  # fmt: skip
+                problems.append(
+                    f"{t.where}: {SETS[key]} capabilities {names(extra)}, the "
+                    f"container runs as uid {uid} with ambient "
+                    f"{names(granted) or 'none'}"
+                )
         if not can_setuid and set(t.uids) != {uid}:
             problems.append(f"{t.where}: uids {list(t.uids)}, the container runs as {uid}")
         if not can_setgid and (set(t.gids) != {gid} or not set(t.groups) <= groups):
-            problems.append(f"{t.where}: gids {list(t.gids)} / groups {list(t.groups)}, the "
-                            f"container runs as {gid} with groups {sorted(groups)}")  # fmt: skip
+            problems.append(
+                f"{t.where}: gids {list(t.gids)} / groups {list(t.groups)}, the "
+                f"container runs as {gid} with groups {sorted(groups)}"
+            )
         if nnp and not t.no_new_privs:
             problems.append(f"{t.where}: no_new_privs is cleared; the container sets it")
         if seccomp and t.seccomp_mode != SECCOMP_FILTER:
@@ -168,6 +221,8 @@ def check(threads: list[Creds], spec: dict[str, Any]) -> list[str]:
         # unconfined into a spec that has one
         same = lsm in t.lsm_profile if lsm else not _confined(t.lsm_profile)
         if not same or (lsm and not _confined(t.lsm_profile)):
-            problems.append(f"{t.where}: LSM profile {t.lsm_profile or 'none'!r}, the "
-                            f"container's is {lsm or 'none'!r}")  # fmt: skip
+            problems.append(
+                f"{t.where}: LSM profile {t.lsm_profile or 'none'!r}, the "
+                f"container's is {lsm or 'none'!r}"
+            )
     return sorted(set(problems))

@@ -74,8 +74,9 @@ def split(images_dir: Path, artifact: Path, min_run_pages: int = MIN_RUN_PAGES) 
     pages (as ``madvise(MADV_HUGEPAGE)`` would, unless the workload had said no): the fill
     then faults 2 MiB at a time, and the CUDA restore reads its host buffers from them."""
     images = _pycriu_images()
-    plans = [p for pid in sparse.pids(images_dir)
-             if (p := _plan(images, images_dir, pid, min_run_pages))]  # fmt: skip
+    plans = [
+        p for pid in sparse.pids(images_dir) if (p := _plan(images, images_dir, pid, min_run_pages))
+    ]
     if not plans:
         return Split()
     plans.sort(key=lambda p: p.moved_bytes, reverse=True)
@@ -83,8 +84,10 @@ def split(images_dir: Path, artifact: Path, min_run_pages: int = MIN_RUN_PAGES) 
     out = artifact / MEMORY_PAGES
     out.parent.mkdir()
     os.rename(big.pages, out)  # the staging directory: one file system
-    index = [MemoryRange(pid=int(big.pid), vaddr=v, length=n * PAGE, offset=old * PAGE)
-             for v, n, old in big.moved]  # fmt: skip
+    index = [
+        MemoryRange(pid=int(big.pid), vaddr=v, length=n * PAGE, offset=old * PAGE)
+        for v, n, old in big.moved
+    ]
     with open(out, "r+b") as dst:
         with open(big.pages, "xb") as f:
             at = 0
@@ -96,14 +99,12 @@ def split(images_dir: Path, artifact: Path, min_run_pages: int = MIN_RUN_PAGES) 
             with open(p.pages, "r+b") as f:
                 for v, n, old in p.moved:
                     _copy(f.fileno(), dst.fileno(), old * PAGE, n * PAGE, end)
-                    index.append(MemoryRange(pid=int(p.pid), vaddr=v, length=n * PAGE,
-                                             offset=end))  # fmt: skip
+                    index.append(MemoryRange(pid=int(p.pid), vaddr=v, length=n * PAGE, offset=end))
                     end += n * PAGE
                 length = sparse.compact(f.fileno(), p.kept)
             os.truncate(p.pages, length)
     for p in plans:
-        sparse.write_pagemap(images, images_dir / f"pagemap-{p.pid}.img", p.head, p.kept,
-                             p.first)  # fmt: skip
+        sparse.write_pagemap(images, images_dir / f"pagemap-{p.pid}.img", p.head, p.kept, p.first)
         _mark_huge(images, images_dir / f"mm-{p.pid}.img", p.moved)
     (artifact / MEMORY_INDEX).write_bytes(MemoryIndex(ranges=index).to_json())
     return Split(len(index), sum(r.length for r in index))
@@ -124,10 +125,13 @@ def drop_holes(artifact: Path) -> int:
     finally:
         os.close(fd)
     # the pages of each range that lie in data (both page-aligned: sparse.spans applies)
-    kept = [MemoryRange(pid=r.pid, vaddr=r.vaddr + i * PAGE, length=(j - i) * PAGE,
-                        offset=r.offset + i * PAGE)
-            for r in index.ranges
-            for i, j in sparse.spans(data, r.offset, r.length // PAGE)]  # fmt: skip
+    kept = [
+        MemoryRange(
+            pid=r.pid, vaddr=r.vaddr + i * PAGE, length=(j - i) * PAGE, offset=r.offset + i * PAGE
+        )
+        for r in index.ranges
+        for i, j in sparse.spans(data, r.offset, r.length // PAGE)
+    ]
     path.write_bytes(MemoryIndex(ranges=kept).to_json())
     return sum(r.length for r in index.ranges) - sum(r.length for r in kept)
 
@@ -168,14 +172,14 @@ def _plan(images, images_dir: Path, pid: str, min_run: int) -> _Plan | None:
             if j - i >= min_run:
                 mask[i:j] = b"\x01" * (j - i)
                 _append_run(moved, (vaddr + i * PAGE, j - i, at + i), starts)
-        kept += [(vaddr + i * PAGE, j - i, at + i, e["flags"])
-                 for i, j in sparse.kept_runs(mask)]  # fmt: skip
+        kept += [(vaddr + i * PAGE, j - i, at + i, e["flags"]) for i, j in sparse.kept_runs(mask)]
         at += n
     return _Plan(pid, pages, head, entries[0], moved, kept) if moved else None
 
 
-def _append_run(moved: list[tuple[int, int, int]], run: tuple[int, int, int],
-                starts: set[int]) -> None:  # fmt: skip
+def _append_run(
+    moved: list[tuple[int, int, int]], run: tuple[int, int, int], starts: set[int]
+) -> None:
     """Append (vaddr, pages, index in the page file), merged into the run before it when it
     continues that run in memory and in the file, within one mapping (``starts``: where
     mappings begin). CRIU's pagemap entries stop at its pipe's size (1 MiB): unmerged, a
@@ -225,8 +229,9 @@ def check_index(index: MemoryIndex, images_dir: Path, file_size: int) -> list[st
     problems: list[str] = []
     mappings: dict[int, list[tuple[int, int]]] = {}
     for pid in sparse.pids(images_dir):
-        mappings[int(pid)] = sparse.anon_private_ranges(sparse.vmas(images, images_dir, pid),
-                                                        writable=True)  # fmt: skip
+        mappings[int(pid)] = sparse.anon_private_ranges(
+            sparse.vmas(images, images_dir, pid), writable=True
+        )
     by_pid: dict[int, list[tuple[int, int]]] = {}
     for k, r in enumerate(index.ranges):
         where = f"range {k} (pid {r.pid}, {r.vaddr:#x}+{r.length:#x})"

@@ -40,14 +40,18 @@ class RestoreOptions:
 def dump_args(o: DumpOptions) -> list[str]:
     args = [
         "dump",
-        "--tree", str(o.pid),
-        "--images-dir", str(o.images_dir),
-        "--work-dir", str(o.work_dir),
-        "--log-file", "dump.log",
+        "--tree",
+        str(o.pid),
+        "--images-dir",
+        str(o.images_dir),
+        "--work-dir",
+        str(o.work_dir),
+        "--log-file",
+        "dump.log",
         f"-v{o.verbosity}",
         "--file-locks",
         *_MOUNT_FLAGS,
-    ]  # fmt: skip
+    ]
     if o.leave_running:
         args.append("--leave-running")
     if o.tcp_established:
@@ -64,17 +68,22 @@ def dump_args(o: DumpOptions) -> list[str]:
 def restore_args(o: RestoreOptions) -> list[str]:
     args = [
         "restore",
-        "--images-dir", str(o.images_dir),
-        "--work-dir", str(o.work_dir),
-        "--log-file", "restore.log",
+        "--images-dir",
+        str(o.images_dir),
+        "--work-dir",
+        str(o.work_dir),
+        "--log-file",
+        "restore.log",
         f"-v{o.verbosity}",
         "--restore-detached",
-        "--pidfile", str(o.pidfile),
-        "--root", "/",
+        "--pidfile",
+        str(o.pidfile),
+        "--root",
+        "/",
         "--file-locks",
         "--tcp-close",
         *_MOUNT_FLAGS,
-    ]  # fmt: skip
+    ]
     if o.leave_stopped:
         args.append("--leave-stopped")
     if o.netns_fd is not None:

@@ -112,8 +112,10 @@ def failure(action: str, returncode: int, log_path: Path, fallback: list[str]) -
     lines = error_lines(text) or fallback
     if m := _UNSUPPORTED_MOUNT.search(text):
         where, dev, fs = m.groups()
-        hint = (f"the mount at {where} (device {dev}, filesystem type id {fs}) cannot be "
-                "dumped: bind it into the container as a mount of its own (not inside a "
-                "recursive bind), so that it is external")  # fmt: skip
+        hint = (
+            f"the mount at {where} (device {dev}, filesystem type id {fs}) cannot be "
+            "dumped: bind it into the container as a mount of its own (not inside a "
+            "recursive bind), so that it is external"
+        )
         lines = [hint, *lines]
     return CriuError(action, returncode, lines, str(log_path))

@@ -124,8 +124,10 @@ def plain_pagemap(images, images_dir: Path, pid: str) -> tuple[dict, list[dict]]
     """The pagemap's head and entries, or None when it has pages outside its page file
     (of a parent pre-dump): those are left as they are."""
     head, *entries = load(images, images_dir / f"pagemap-{pid}.img")
-    if any(e.get("flags", 0) & (PE_PARENT | PE_PRESENT) != PE_PRESENT or e.get("in_parent")
-           for e in entries):  # fmt: skip
+    if any(
+        e.get("flags", 0) & (PE_PARENT | PE_PRESENT) != PE_PRESENT or e.get("in_parent")
+        for e in entries
+    ):
         log.info("pagemap-%s.img has pages outside its page file: left as it is", pid)
         return None
     return head, entries
@@ -186,8 +188,9 @@ def compact(fd: int, runs: list[tuple[int, int, int, int]]) -> int:
     return out
 
 
-def write_pagemap(images, pagemap: Path, head: dict,
-                   runs: list[tuple[int, int, int, int]], like: dict) -> None:  # fmt: skip
+def write_pagemap(
+    images, pagemap: Path, head: dict, runs: list[tuple[int, int, int, int]], like: dict
+) -> None:
     """The kept runs as the new pagemap, written beside the old one and renamed over it."""
     entries = []
     for vaddr, n, _, flags in runs:

@@ -51,8 +51,9 @@ def proc_gpu_minors() -> dict[str, int]:
     """Each GPU's UUID -> the minor number of its /dev/nvidiaN, from the kernel driver."""
     out = {}
     for info in sorted(_GPUS_DIR.glob("*/information")):
-        fields = dict(line.partition(":")[::2] for line in info.read_text(errors="replace")
-                      .splitlines())  # fmt: skip
+        fields = dict(
+            line.partition(":")[::2] for line in info.read_text(errors="replace").splitlines()
+        )
         fields = {k.strip(): v.strip() for k, v in fields.items()}
         if fields.get("GPU UUID") and fields.get("Device Minor", "").isdigit():
             out[fields["GPU UUID"]] = int(fields["Device Minor"])

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S
+from api.host import HostFingerprint
 from api.manifest import (
     CHUNK_SIZE,
     CRIU_DIR,
-    Compat,
     Cuda,
     Manifest,
     Network,
@@ -105,8 +105,22 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
         return _checkpoint(req, progress or Progress(enabled=False))
     except OSError as e:
         where = e.filename or req.output.parent
-        raise SnapshotError(f"checkpoint failed: {e.strerror or e} ({where}); "
-                            "the source keeps running") from e  # fmt: skip
+        raise SnapshotError(
+            f"checkpoint failed: {e.strerror or e} ({where}); the source keeps running"
+        ) from e
+
+
+@dataclass
+class _Source:
+    """The source as found before anything is done to it."""
+
+    dumper: Dumper
+    gpu: GpuState
+    maybe_cuda: bool
+    own_netns: bool
+    pod_ips: list[str]
+    host: HostFingerprint
+    command: list[str]
 
 
 def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
@@ -116,70 +130,102 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
         bound = max(1, int(req.handshake_timeout_s))
         req.quiesce = req.quiesce.model_copy(update={"timeout_seconds": bound})
     with timer.phase("setup"):
-        if req.runc_container is not None and not req.pid:
-            req.pid = req.runc_container.init_pid()
-        dumper: Dumper = (RuncDumper(req.runc_container, req.max_rootfs_diff_bytes)
-                          if req.runc_container else CriuDumper())  # fmt: skip
-        procs.require(req.pid)
-        runner.require_version()
-        gpu = GpuState()
-        maybe_cuda = bool(procs.cuda_pids(req.pid))
-        own_netns = procs.netns_inode(req.pid) != procs.netns_inode("self")
-        pod_ips = global_addresses(f"/proc/{req.pid}/ns/net") if own_netns else []
-        host = host_info(gpu.drv if maybe_cuda else None, image_digest=req.image_digest)
-        command = procs.cmdline(req.pid)
+        src = _find_source(req)
         staging = Staging(req.output)
-    log.info("checkpoint of PID %d: own netns=%s, pod IPs %s", req.pid, own_netns, pod_ips)
-
-    cuda_ns_pids: list[int] = []
+    log.info("checkpoint of PID %d: own netns=%s, pod IPs %s", req.pid, src.own_netns, src.pod_ips)
     problems: list[str] = []
     held: HeldSource | None = None
     with staging, _InFlight(req, staging.dir) as inflight:
-        work = inflight.work
         try:
             _quiesce(req, timer, inflight)
-            if maybe_cuda:
-                with timer.phase("cuda"):
-                    gpu.classify(req.pid)
-                    # PIDs inside the namespace survive the restore; host PIDs do not.
-                    cuda_ns_pids = [procs.ns_pid(p) for p in gpu.pids]
-                    gpu.suspend()
-                log.info("CUDA processes checkpointed: %s", gpu.pids)
-            images = staging.dir / CRIU_DIR
-            images.mkdir()
-            with timer.phase("criu"):
-                stop_watch = progress.watch_dir(images)
-                try:
-                    # always left running: the source must outlive any failure up to the
-                    # commit, so the dump never ends it (see dumper.end below)
-                    dumper.dump(req.pid, images, work, True,
-                                procs.netns_inode(req.pid) if own_netns else None)  # fmt: skip
-                finally:
-                    stop_watch()
+            cuda_ns_pids = _suspend_cuda(req, src, timer)
+            _dump(req, src, staging.dir / CRIU_DIR, inflight.work, timer, progress)
             if req.leave_running:
                 with timer.phase("resume"):
-                    problems += give_back(req, gpu, inflight.quiesced)
+                    problems += give_back(req, src.gpu, inflight.quiesced)
                     inflight.quiesced = False
             with timer.phase("pack"):
-                files = _pack(req, staging.dir, dumper, timer, progress)
-            manifest = _manifest(req, host, command, own_netns, pod_ips,
-                                 cuda_ns_pids, gpu.pids, files,
-                                 timer)  # fmt: skip
+                files = _pack(req, staging.dir, src.dumper, timer, progress)
+            manifest = _manifest(
+                req,
+                src.host,
+                src.command,
+                src.own_netns,
+                src.pod_ips,
+                cuda_ns_pids,
+                src.gpu.pids,
+                files,
+                timer,
+            )
             digest = write_manifest(staging.dir, manifest, req.signer)
             path = staging.commit()
         except BaseException:
-            give_back(req, gpu, inflight.quiesced)
+            give_back(req, src.gpu, inflight.quiesced)
             raise
         if not req.leave_running:
-            held = HeldSource(req, dumper, gpu, inflight.quiesced, inflight.path)
+            held = HeldSource(req, src.dumper, src.gpu, inflight.quiesced, inflight.path)
             if req.end_at_commit:
                 problems += held.end()
                 held = None
             else:
                 inflight.keep_journal = True
     progress.done()
-    return CheckpointResult(path=path, manifest=manifest, digest=digest, held=held,
-                            problems=problems)  # fmt: skip
+    return CheckpointResult(
+        path=path, manifest=manifest, digest=digest, held=held, problems=problems
+    )
+
+
+def _find_source(req: CheckpointRequest) -> _Source:
+    """The source's PID, its dumper, its GPU use, network and host (the setup phase)."""
+    if req.runc_container is not None and not req.pid:
+        req.pid = req.runc_container.init_pid()
+    dumper: Dumper = (
+        RuncDumper(req.runc_container, req.max_rootfs_diff_bytes)
+        if req.runc_container
+        else CriuDumper()
+    )
+    procs.require(req.pid)
+    runner.require_version()
+    gpu = GpuState()
+    maybe_cuda = bool(procs.cuda_pids(req.pid))
+    own_netns = procs.netns_inode(req.pid) != procs.netns_inode("self")
+    pod_ips = global_addresses(f"/proc/{req.pid}/ns/net") if own_netns else []
+    host = host_info(gpu.drv if maybe_cuda else None, image_digest=req.image_digest)
+    return _Source(dumper, gpu, maybe_cuda, own_netns, pod_ips, host, procs.cmdline(req.pid))
+
+
+def _suspend_cuda(req: CheckpointRequest, src: _Source, timer: PhaseTimer) -> list[int]:
+    """The CUDA processes' GPU state moved into their host memory; their namespace PIDs,
+    which survive the restore (host PIDs do not)."""
+    if not src.maybe_cuda:
+        return []
+    with timer.phase("cuda"):
+        src.gpu.classify(req.pid)
+        cuda_ns_pids = [procs.ns_pid(p) for p in src.gpu.pids]
+        src.gpu.suspend()
+    log.info("CUDA processes checkpointed: %s", src.gpu.pids)
+    return cuda_ns_pids
+
+
+def _dump(
+    req: CheckpointRequest,
+    src: _Source,
+    images: Path,
+    work: Path,
+    timer: PhaseTimer,
+    progress: Progress,
+) -> None:
+    """The tree dumped into ``images``, always left running: the source must outlive any
+    failure up to the commit, so the dump never ends it (HeldSource.end does)."""
+    images.mkdir()
+    with timer.phase("criu"):
+        stop_watch = progress.watch_dir(images)
+        try:
+            src.dumper.dump(
+                req.pid, images, work, True, procs.netns_inode(req.pid) if src.own_netns else None
+            )
+        finally:
+            stop_watch()
 
 
 def _quiesce(req: CheckpointRequest, timer: PhaseTimer, inflight: _InFlight) -> None:
@@ -195,8 +241,9 @@ def _quiesce(req: CheckpointRequest, timer: PhaseTimer, inflight: _InFlight) -> 
             control_files.request_checkpoint(req.control_dir, req.handshake_timeout_s)
 
 
-def _pack(req: CheckpointRequest, root: Path, dumper: Dumper, timer: PhaseTimer,
-          progress: Progress):  # fmt: skip
+def _pack(
+    req: CheckpointRequest, root: Path, dumper: Dumper, timer: PhaseTimer, progress: Progress
+):
     """The bulk first, by a rename; the zero-page pass then reads only what stays with CRIU,
     and the memory file's zero blocks become holes as it is hashed, on every core. Returns
     every file's digests."""
@@ -204,13 +251,17 @@ def _pack(req: CheckpointRequest, root: Path, dumper: Dumper, timer: PhaseTimer,
     if req.split_memory:
         with timer.step("memfile"):
             moved = memfile.split(images, root)
-        log.info("moved %d range(s), %.2f GB, into the memory file", moved.ranges,
-                 moved.bytes / 1e9)  # fmt: skip
+        log.info(
+            "moved %d range(s), %.2f GB, into the memory file", moved.ranges, moved.bytes / 1e9
+        )
     if not req.keep_zero_pages:
         with timer.step("sparse"):
             sparse = elide_zero_pages(images)
-        log.info("left out %d of %d dumped pages: zero pages of private anonymous memory",
-                 sparse.dropped, sparse.pages)  # fmt: skip
+        log.info(
+            "left out %d of %d dumped pages: zero pages of private anonymous memory",
+            sparse.dropped,
+            sparse.pages,
+        )
     dumper.pack_extra(root)
     with timer.step("hash"):
         return _describe(root, progress)
@@ -222,9 +273,13 @@ def _describe(root: Path, progress: Progress):
     hashed after that."""
     memory = None
     if (root / MEMORY_PAGES).exists():
-        memory = describe_files(root, CHUNK_SIZE, progress=progress.add_bytes,
-                                holes=frozenset({MEMORY_PAGES}),
-                                only=frozenset({MEMORY_PAGES}))  # fmt: skip
+        memory = describe_files(
+            root,
+            CHUNK_SIZE,
+            progress=progress.add_bytes,
+            holes=frozenset({MEMORY_PAGES}),
+            only=frozenset({MEMORY_PAGES}),
+        )
         skipped = memfile.drop_holes(root)
         log.info("the memory file's zero blocks: %.2f GB, left out of its index", skipped / 1e9)
     return describe_files(root, CHUNK_SIZE, progress=progress.add_bytes, known=memory)
@@ -240,13 +295,17 @@ class _InFlight:
         self.path = Journal.path_for(staging)
         rc = req.runc_container
         self.journal = Journal(
-            pid=req.pid, start_time=procs.start_time(req.pid) or 0, staging=staging.name,
-            runc_root=str(rc.root) if rc else None, runc_binary=rc.binary if rc else None,
+            pid=req.pid,
+            start_time=procs.start_time(req.pid) or 0,
+            staging=staging.name,
+            runc_root=str(rc.root) if rc else None,
+            runc_binary=rc.binary if rc else None,
             container_id=rc.id if rc else None,
             control_dir=str(req.control_dir) if req.control_dir else None,
-            cuda_pids=procs.cuda_pids(req.pid), pod_snapshot_uid=req.pod_snapshot_uid,
+            cuda_pids=procs.cuda_pids(req.pid),
+            pod_snapshot_uid=req.pod_snapshot_uid,
             quiesce=q.model_dump(mode="json") if (q := req.http_quiesce) else None,
-        )  # fmt: skip
+        )
         self.quiesced = False
         #: the source is held past the commit (HeldSource): its journal goes with it
         self.keep_journal = False
@@ -264,9 +323,17 @@ class _InFlight:
             self.path.unlink(missing_ok=True)
 
 
-def _manifest(req: CheckpointRequest, host, command: list[str], own_netns: bool,
-              pod_ips: list[str], cuda_ns_pids: list[int], cuda_pids: list[int],
-              files, timer: PhaseTimer) -> Manifest:  # fmt: skip
+def _manifest(
+    req: CheckpointRequest,
+    host: HostFingerprint,
+    command: list[str],
+    own_netns: bool,
+    pod_ips: list[str],
+    cuda_ns_pids: list[int],
+    cuda_pids: list[int],
+    files,
+    timer: PhaseTimer,
+) -> Manifest:
     return Manifest(
         source=Source(
             pid=req.pid,
@@ -278,14 +345,9 @@ def _manifest(req: CheckpointRequest, host, command: list[str], own_netns: bool,
             podSnapshotUid=req.pod_snapshot_uid,
             container=req.container,
         ),
-        compat=Compat(
-            arch=host.arch,
-            kernel=host.kernel,
-            criuVersion=host.criu_version,
-            driverVersion=host.driver_version,
-            cudaDriverVersion=host.cuda_driver_version,
-            gpus=_used_gpus(host.gpus, cuda_pids),
-            imageDigest=req.image_digest,
+        # this host, with the GPUs the tree used (a restore needs those only)
+        compat=host.model_copy(
+            update={"gpus": _used_gpus(host.gpus, cuda_pids), "image_digest": req.image_digest}
         ),
         network=Network(podIPs=pod_ips, hostname=socket.gethostname(), externalNetns=own_netns),
         cuda=Cuda(nsPids=cuda_ns_pids),

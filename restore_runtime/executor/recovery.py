@@ -112,8 +112,9 @@ def give_back(j: Journal) -> list[str]:
         return [f"the source (PID {j.pid}) is gone"]
     actions: list[str] = []
     if j.container_id and j.runc_root:
-        actions += _thaw_container(RuncContainer(Path(j.runc_root), j.container_id,
-                                                 j.runc_binary or "runc"))  # fmt: skip
+        actions += _thaw_container(
+            RuncContainer(Path(j.runc_root), j.container_id, j.runc_binary or "runc")
+        )
     else:
         procs.continue_tree(j.pid)
     actions += _resume_cuda(j.cuda_pids)
@@ -139,8 +140,9 @@ def resume_in_place(pid: int, quiesce: Quiesce | None, control_dir: Path | None)
     ips: list[str] = []
     with contextlib.suppress(Exception):
         ips = global_addresses(f"/proc/{pid}/ns/net")
-    control_files.complete_restore(control_dir, ips[0] if ips else None, {},
-                                   mode="resumed-in-place")  # fmt: skip
+    control_files.complete_restore(
+        control_dir, ips[0] if ips else None, {}, mode="resumed-in-place"
+    )
     return "resumed the quiesced workload in place"
 
 

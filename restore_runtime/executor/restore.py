@@ -1,12 +1,18 @@
-"""Restore, as a sequence its caller drives downward:
+"""A restore, from end to end: ``restore(request, restorer)`` runs every phase in order and
+returns the report.
 
-    r = prepare(request)        verify -> compat gates -> rootfs diff -> network rebinding
-    <caller restores the tree>  snapshotctl: ``criu restore``; the shim: ``runc restore``
-    report = r.finish(pid)      page verification -> CUDA restore + unlock -> restore-complete
-    r.close()                   on failure: kill the restored tree, wait until its PIDs are gone
+    verify    the artifact's binding, manifest, signature, core files (hashed once, used
+              from the work directory), credentials
+    setup     compat gates, staged images, rootfs diff, network rebinding
+    criu      the restorer restores the tree, left stopped: ``criu restore`` (snapshotctl)
+              or ``runc restore`` (the shim), tree_access.py
+    fill      the memory file written into the tree by many threads, hashed as written
+    cuda      the GPU state restored onto the GPUs this container was given
+    wake      the workload told (its engine API, or the control directory)
 
-The caller runs the restore itself because only it knows how (the shim's runc runs under its
-reaper, on its own event loop); the engine never calls back up.
+A failure anywhere kills what was restored, has the restorer discard what it made, and
+leaves no work directory behind. The engine never calls back into its caller but through the
+restorer.
 
 Nothing from the artifact runs before verification passes. Everything CRIU parses (and the
 memory index, and the rootfs diff) is read once into the work directory, hashed there, and
@@ -23,11 +29,11 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from api.annotations import RestoreOutcome
+from api.host import HostFingerprint
 from api.manifest import CRIU_DIR, MANIFEST_NAME, FileEntry, Manifest
 from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
 from api.report import RestoreReport
@@ -36,7 +42,7 @@ from .. import control_files, engine_api, memfill, mounts, procs
 from ..artifact import binding
 from ..artifact.rootfs import apply_rootfs_diff
 from ..artifact.verify import check_digests, copy_verified, plan
-from ..compat import HostInfo, allocated_gpus, check, gpu_pairs, host_info
+from ..compat import allocated_gpus, check, gpu_pairs, host_info
 from ..criu import creds, images, memfile, runner
 from ..cuda.driver import CudaDriver, proc_gpu_minors
 from ..errors import IncompatibleError, Problem, SnapshotError, VerificationError
@@ -46,7 +52,7 @@ from ..progress import Progress
 from ..timing import PhaseTimer
 from . import workdir
 from .restore_request import RestoreRequest
-from .tree_access import criu_restore
+from .tree_access import CriuRestorer, TreeRestorer
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +63,13 @@ _REAP_TIMEOUT_S = 10.0
 
 
 class Restore:
-    """One restore between ``prepare`` and ``finish``: the verified manifest, the staged
-    images, and what the caller needs to restore the tree."""
+    """One restore: the verified manifest, the staged images, the restored tree."""
 
-    def __init__(self, req: RestoreRequest, progress: Progress | None = None) -> None:
+    def __init__(
+        self, req: RestoreRequest, restorer: TreeRestorer, progress: Progress | None = None
+    ) -> None:
         self.req = req
+        self.restorer = restorer
         self.progress = progress or Progress(enabled=False)
         self.artifact = req.artifact.absolute()
         self.timer = PhaseTimer(self.progress.phase)
@@ -72,7 +80,7 @@ class Restore:
         self._cuda: Future | None = None
         self.manifest: Manifest | None = None
         self.digest: str | None = None
-        self.host: HostInfo | None = None
+        self.host: HostFingerprint | None = None
         self.new_ips: list[str] = []
         #: the CRIU images to restore from (a private view of the artifact's)
         self.images: Path = self.work / "images"
@@ -87,12 +95,13 @@ class Restore:
         self.memory_index: MemoryIndex | None = None
         self.filled: int | None = None  # bytes of the memory file written into the tree
         self._ok = False
+        self._restoring = False  # the restorer was called: it may have made something
 
     def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
         return self.timer.phase(name)
 
-    # -- before the tree is restored ------------------------------------------------------
-    def _prepare(self) -> None:
+    def run(self) -> RestoreReport:
+        """Every phase, in order; close() follows, whatever happened."""
         with self.phase("verify"):
             manifest, pages = self._verify()
         with self.phase("setup"):
@@ -100,28 +109,41 @@ class Restore:
             self._stage(manifest)
             self._rebind(manifest)
         self._verify_the_rest_meanwhile(manifest, pages)
+        with self.phase("criu"):
+            self._restoring = True
+            try:
+                pid = self.restorer.restore(self.images, self.work, self.netns)
+            except SnapshotError as e:
+                raise self._restore_failed(e) from None
+        self._log_criu_share()
+        return self._finish(pid)
+
+    # -- before the tree is restored ------------------------------------------------------
 
     def _verify(self) -> tuple[Manifest, list]:
         """The artifact's binding, manifest and signature, then every file CRIU parses
         copied into the work directory and hashed there, then the credentials its images
         ask for. Returns the manifest and the page images' jobs (hashed later)."""
-        req = self.req
+        req, node = self.req, self.req.node
         # Nothing under a path the pod named is read before it is known to lie in the store
         # (a FIFO there would hang the read).
-        bound = req.store_root is not None
+        bound, store = node.bound, node.settings.store_root
         if bound:
-            self.artifact = binding.in_store(self.artifact, req.store_root)
-            binding.root_only(self.artifact, req.store_root)
+            self.artifact = binding.in_store(self.artifact, store)
+            binding.root_only(self.artifact, store)
         # read once: the digest admitted and the manifest planned are of the same bytes
         raw = _read_manifest(self.artifact)
         self.digest = "sha256:" + hashlib.sha256(raw).hexdigest() if raw else "unreadable"
         if bound:
             binding.admitted(self.digest, req.admitted_digest)
-        if req.require_signature and req.verify_key is None:
-            raise SnapshotError("signed artifacts are required, but no verify key is set "
-                                "(the node's SNAPSHOT_VERIFY_KEY)")  # fmt: skip
+        key = node.verify_key()
+        if node.settings.signing_required and key is None:
+            raise SnapshotError(
+                "signed artifacts are required, but no verify key is set "
+                "(the node's SNAPSHOT_VERIFY_KEY)"
+            )
         with self.timer.step("plan"):  # manifest, signature, paths, sizes
-            manifest, problems, jobs = plan(self.artifact, req.verify_key, raw)
+            manifest, problems, jobs = plan(self.artifact, key, raw)
         if problems or manifest is None:
             raise VerificationError(problems)
         if bound:
@@ -141,8 +163,10 @@ class Restore:
             with self.timer.step("creds"):
                 why = creds.check(creds.load(self.verified / CRIU_DIR), req.oci_spec)
             if why:
-                raise SnapshotError("the images ask for more privilege than the container's "
-                                    "spec grants:\n  " + "\n  ".join(why))  # fmt: skip
+                raise SnapshotError(
+                    "the images ask for more privilege than the container's "
+                    "spec grants:\n  " + "\n  ".join(why)
+                )
         self.manifest = manifest
         return manifest, pages
 
@@ -151,9 +175,7 @@ class Restore:
         those the container was given), driver. Opening the CUDA driver starts here and
         overlaps the rest of the restore."""
         req, step = self.req, self.timer.step
-        # the shim read CRIU's version ahead (req.criu_version): asking again costs a
-        # subprocess on the critical path
-        criu = runner.require_version(req.criu_version)
+        criu = runner.require_version(self.restorer.criu_version())
         with step("host"):  # the GPUs from /proc: no cuInit on the critical path
             host = host_info(None, req.image_digest, manifest.uses_cuda, criu)
         if manifest.uses_cuda:
@@ -202,14 +224,15 @@ class Restore:
         tree (left stopped): started only now, because their threads take the GIL back after
         every chunk and slowed the Python work above several-fold when they ran beside it.
         The tree continues only once every digest matched (finish)."""
-        self._late = self._pool.submit(check_digests, pages, manifest.file_digest, None,
-                                       self.progress.add_bytes)  # fmt: skip
+        self._late = self._pool.submit(
+            check_digests, pages, manifest.file_digest, None, self.progress.add_bytes
+        )
         # the index is first needed by the fill; a range that does not fit the restored
         # mappings kills the tree there
         if self.memory is not None:
             self._index = self._pool.submit(_memory_index, self.verified, self.memory.size)
 
-    def log_criu_share(self) -> None:
+    def _log_criu_share(self) -> None:
         """After the criu phase: how much of it CRIU itself ran (its log's last stamp); the
         rest is the caller's (through runc: its start, cgroups, mounts, the RPC)."""
         own = runner.own_seconds(self.work / "restore.log")
@@ -217,7 +240,7 @@ class Restore:
         if own is not None and phase is not None:
             log.info("  CRIU itself ran %.3fs of the criu phase's %.3fs", own, phase)
 
-    def restore_failed(self, e: SnapshotError) -> SnapshotError:
+    def _restore_failed(self, e: SnapshotError) -> SnapshotError:
         """The error to report for a failed CRIU restore: when the artifact's pages also fail
         verification, that is the cause worth naming."""
         if self._late is not None and (problems := self._late.result()):
@@ -225,7 +248,7 @@ class Restore:
         return e
 
     # -- after the tree is restored (stopped) ---------------------------------------------
-    def finish(self, pid: int) -> RestoreReport:
+    def _finish(self, pid: int) -> RestoreReport:
         """Continue the restored tree (root ``pid``) once every page verified; restore its
         GPU state; tell the workload. Raises SnapshotError naming the failed phase."""
         assert self.manifest is not None and self._late is not None and self.host is not None
@@ -237,10 +260,15 @@ class Restore:
             with self.phase("fill"):
                 filled = self._fill(pid)
             self.filled = filled.bytes
-            log.info("filled %.2f GB of memory in %.2fs with %d thread(s) (%d chunk(s) "
-                     "hashed, %d verified before on this node)", filled.bytes / 1e9,
-                     self.timer.result()["fill"], filled.threads, filled.hashed,
-                     filled.trusted)  # fmt: skip
+            log.info(
+                "filled %.2f GB of memory in %.2fs with %d thread(s) (%d chunk(s) "
+                "hashed, %d verified before on this node)",
+                filled.bytes / 1e9,
+                self.timer.result()["fill"],
+                filled.threads,
+                filled.hashed,
+                filled.trusted,
+            )
         with self.phase("verify-wait"):
             if problems := self._late.result():
                 raise VerificationError(problems)
@@ -280,14 +308,18 @@ class Restore:
         fd = os.open(self.artifact / MEMORY_PAGES, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
             ledger = None
-            if self.req.fill_ledger is not None:
-                ledger = Ledger.open(self.req.fill_ledger, fd, manifest.file_digest,
-                                     self.memory.digests)  # fmt: skip
-            return memfill.fill(fd, manifest.chunk_size, self.memory.digests,
-                                manifest.file_digest, self.memory_index.ranges,
-                                procs.host_pids_by_ns_pid(pid),
-                                self.req.fill_threads or memfill.default_workers(),
-                                ledger)  # fmt: skip
+            if (ledger_dir := self.req.node.fill_ledger_dir) is not None:
+                ledger = Ledger.open(ledger_dir, fd, manifest.file_digest, self.memory.digests)
+            return memfill.fill(
+                fd,
+                manifest.chunk_size,
+                self.memory.digests,
+                manifest.file_digest,
+                self.memory_index.ranges,
+                procs.host_pids_by_ns_pid(pid),
+                self.req.node.settings.fill_threads or memfill.default_workers(),
+                ledger,
+            )
         finally:
             os.close(fd)
 
@@ -297,6 +329,11 @@ class Restore:
         self._pool.shutdown(wait=True, cancel_futures=True)
         if not self._ok and self.pid is not None:
             procs.kill_tree(self.pid, _REAP_TIMEOUT_S)
+        if not self._ok and self._restoring:
+            try:
+                self.restorer.discard()
+            except Exception as e:  # the restore's own error is the one to report
+                log.error("discarding a failed restore: %s: %s", type(e).__name__, e)
         with contextlib.suppress(OSError):
             mounts.unmount(str(self.images))
         if not self._ok:
@@ -308,37 +345,18 @@ class Restore:
         return (self._cuda.result() if self._cuda else None) or CudaDriver()
 
 
-def prepare(req: RestoreRequest, progress: Progress | None = None) -> Restore:
-    """Verify the artifact, run the gates and stage the images; the caller then restores
-    the tree from ``r.images`` into ``r.netns``, and calls ``r.finish(pid)``, then
-    ``r.close()`` whatever happened."""
-    r = Restore(req, progress)
+def restore(
+    req: RestoreRequest, restorer: TreeRestorer | None = None, progress: Progress | None = None
+) -> RestoreReport:
+    """Restore ``req.artifact`` with ``restorer`` (default: ``criu restore`` of a plain
+    process tree), every phase in order. Raises SnapshotError naming the failed phase,
+    having left nothing behind: no restored process, nothing the restorer made, no work
+    directory."""
+    r = Restore(req, restorer or CriuRestorer(), progress)
     try:
-        r._prepare()
-    except BaseException:
-        r.close()
-        raise
-    return r
-
-
-@contextlib.contextmanager
-def restoring(req: RestoreRequest, progress: Progress | None = None) -> Iterator[Restore]:
-    r = prepare(req, progress)
-    try:
-        yield r
+        return r.run()
     finally:
         r.close()
-
-
-def restore(req: RestoreRequest, progress: Progress | None = None) -> RestoreReport:
-    """Restore a plain process tree with ``criu restore`` (``snapshotctl restore``)."""
-    with restoring(req, progress) as r:
-        with r.phase("criu"):
-            try:
-                pid = criu_restore(r.images, r.work, r.netns)
-            except SnapshotError as e:
-                raise r.restore_failed(e) from None
-        return r.finish(pid)
 
 
 def _memory_index(artifact: Path, size: int) -> MemoryIndex:

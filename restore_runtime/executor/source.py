@@ -76,8 +76,9 @@ class HeldSource:
     comes first counts, later calls do nothing. Its journal stays until then, so an agent
     that dies meanwhile gives it back at its next start."""
 
-    def __init__(self, req: CheckpointRequest, dumper: Dumper, gpu: GpuState,
-                 quiesced: bool, journal: Path) -> None:  # fmt: skip
+    def __init__(
+        self, req: CheckpointRequest, dumper: Dumper, gpu: GpuState, quiesced: bool, journal: Path
+    ) -> None:
         self.req, self.dumper, self.gpu, self.quiesced = req, dumper, gpu, quiesced
         self.journal = journal
         self.settled = False
@@ -92,8 +93,7 @@ class HeldSource:
             return []
         except SnapshotError as e:  # the artifact is whole: the source keeps serving
             log.error("could not end the source after its checkpoint: %s", e)
-            return [f"could not end the source: {e}",
-                    *give_back(self.req, self.gpu, self.quiesced)]  # fmt: skip
+            return [f"could not end the source: {e}", *give_back(self.req, self.gpu, self.quiesced)]
         finally:
             self.journal.unlink(missing_ok=True)
 
@@ -135,8 +135,13 @@ def give_back(req: CheckpointRequest, gpu: GpuState, quiesced: bool) -> list[str
                 resume_in_place(req.pid, req.http_quiesce, req.control_dir)
                 break
             except SnapshotError as e:
-                log.error("could not wake the source (PID %d), try %d of %d: %s", req.pid,
-                          attempt, WAKE_TRIES, e)  # fmt: skip
+                log.error(
+                    "could not wake the source (PID %d), try %d of %d: %s",
+                    req.pid,
+                    attempt,
+                    WAKE_TRIES,
+                    e,
+                )
                 if attempt == WAKE_TRIES:
                     problems.append(f"the source did not wake after {WAKE_TRIES} tries: {e}")
                 else:

@@ -1,10 +1,13 @@
 """How the process tree is dumped and restored: straight through CRIU (plain processes,
-``snapshotctl run``) or through runc (containers, whose runtime state runc owns). The
-executors call these; everything else about a checkpoint or restore is the same."""
+``snapshotctl``) or through runc (containers, whose runtime state runc owns). These are the
+executors' ports: a ``Dumper`` for the checkpoint, a ``TreeRestorer`` for the restore; the
+caller picks one, and everything else about a checkpoint or restore is the engine's, the
+same for both."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -20,7 +23,7 @@ from .. import procs
 from ..artifact.rootfs_pack import DEFAULT_MAX_BYTES, pack_upper
 from ..criu import options, runner
 from ..errors import SnapshotError
-from ..runc import Runc, RuncError
+from ..runc import Runc, RuncError, Stdio
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -29,8 +32,14 @@ END_TIMEOUT_S = 30.0
 
 
 class Dumper(Protocol):
-    def dump(self, pid: int, images: Path, work: Path, leave_running: bool,
-             external_netns_inode: int | None) -> None: ...  # fmt: skip
+    def dump(
+        self,
+        pid: int,
+        images: Path,
+        work: Path,
+        leave_running: bool,
+        external_netns_inode: int | None,
+    ) -> None: ...
 
     def pack_extra(self, staging: Path) -> None: ...
 
@@ -42,9 +51,13 @@ class Dumper(Protocol):
 # -- plain processes -------------------------------------------------------------------------
 class CriuDumper:
     def dump(self, pid, images, work, leave_running, external_netns_inode) -> None:
-        o = options.DumpOptions(pid=pid, images_dir=images, work_dir=work,
-                                leave_running=leave_running,
-                                external_netns_inode=external_netns_inode)  # fmt: skip
+        o = options.DumpOptions(
+            pid=pid,
+            images_dir=images,
+            work_dir=work,
+            leave_running=leave_running,
+            external_netns_inode=external_netns_inode,
+        )
         runner.run(options.dump_args(o), work / "dump.log")
 
     def pack_extra(self, staging: Path) -> None:
@@ -78,13 +91,94 @@ def run_sync(call: Coroutine[Any, Any, T]) -> T:
     return box["result"]
 
 
+class TreeRestorer(Protocol):
+    """Restores the tree, left stopped, for the engine, which verifies and stages before
+    and fills, verifies, restores CUDA and wakes after, the same way whichever restores."""
+
+    def criu_version(self) -> str: ...
+
+    def restore(self, images: Path, work: Path, netns: str | None) -> int:
+        """The tree restored from ``images`` (into ``netns`` when it had a network namespace
+        of its own), left stopped; returns its root's host PID."""
+        ...
+
+    def discard(self) -> None:
+        """After a failure, once the engine has killed the tree: remove what ``restore``
+        made besides it."""
+
+
+class CriuRestorer:
+    """``criu restore`` of a plain process tree (snapshotctl)."""
+
+    def criu_version(self) -> str:
+        return runner.criu_version()
+
+    def restore(self, images: Path, work: Path, netns: str | None) -> int:
+        return criu_restore(images, work, netns)
+
+    def discard(self) -> None:
+        return None
+
+
+#: What runc passes to CRIU (the bundle's ``org.criu.config``): established connections
+#: cannot follow the pod to its new address, clients reconnect; the tree stays stopped until
+#: the engine has verified every page image.
+RUNC_CRIU_CONFIG = "tcp-close\nleave-stopped\n"
+
+
+@dataclass
+class RuncRestorer:
+    """``runc restore`` of a container from its bundle, onto the container's stdio: runc
+    joins the namespaces and cgroups the bundle's spec names (``netns`` among them). Its
+    calls run on ``loop`` when given (the shim's, whose reaper owns every child's exit),
+    else on a loop of their own."""
+
+    runc: Runc
+    container_id: str
+    bundle: Path
+    pidfile: Path
+    stdio: Stdio
+    loop: asyncio.AbstractEventLoop | None = None
+
+    def _run(self, call: Coroutine[Any, Any, T]) -> T:
+        if self.loop is None:
+            return run_sync(call)
+        return asyncio.run_coroutine_threadsafe(call, self.loop).result()
+
+    def criu_version(self) -> str:
+        return self._run(self.runc.criu_version())  # read once per runc, ahead, by the shim
+
+    def restore(self, images: Path, work: Path, netns: str | None) -> int:
+        self._run(
+            self.runc.restore(
+                self.container_id,
+                self.bundle,
+                images,
+                work,
+                self.pidfile,
+                self.stdio,
+                criu_config=RUNC_CRIU_CONFIG,
+            )
+        )
+        return int(self.pidfile.read_text().strip())
+
+    def discard(self) -> None:
+        with contextlib.suppress(RuncError):  # nothing may have been created
+            self._run(self.runc.delete(self.container_id, force=True))
+
+
 def criu_restore(image_dir: Path, work: Path, netns_path: str | None) -> int:
     """``criu restore`` of a plain process tree, left stopped; returns the root's host PID."""
     pidfile = work / "restore.pid"
     netns_fd = os.open(netns_path, os.O_RDONLY) if netns_path else None
     try:
-        o = options.RestoreOptions(images_dir=image_dir, work_dir=work, pidfile=pidfile,
-                                   netns_fd=netns_fd, leave_stopped=True)  # fmt: skip
+        o = options.RestoreOptions(
+            images_dir=image_dir,
+            work_dir=work,
+            pidfile=pidfile,
+            netns_fd=netns_fd,
+            leave_stopped=True,
+        )
         fds = (netns_fd,) if netns_fd is not None else ()
         runner.run(options.restore_args(o), work / "restore.log", pass_fds=fds)
     finally:
@@ -157,8 +251,9 @@ class RuncDumper:
     def pack_extra(self, staging: Path) -> None:
         upper = self.upperdir
         if upper is None:
-            log.warning("no overlay upper dir for %s: rootfs changes are not captured",
-                        self.container.id)  # fmt: skip
+            log.warning(
+                "no overlay upper dir for %s: rootfs changes are not captured", self.container.id
+            )
             return
         # the tenant's tree, maybe still running: walked by descriptors, never by name
         pack_upper(upper, staging / ROOTFS_DIFF_NAME, self.max_rootfs_bytes)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from restore_runtime.runc import Stdio
 
-from ..ttrpc.codes import Code, RPCError
+from .errors import Unimplemented
 
 log = logging.getLogger(__name__)
 _CHUNK = 32 * 1024
@@ -60,8 +60,10 @@ class ProcessIO:
         for target in (paths.stdout, paths.stderr):
             scheme = target.split("://", 1)[0] if "://" in target else ""
             if scheme not in ("", "fifo", "file"):
-                raise RPCError(Code.UNIMPLEMENTED, f"stdio {target!r}: {scheme}:// logging is "
-                               "not supported by this shim (FIFOs and file:// are)")  # fmt: skip
+                raise Unimplemented(
+                    f"stdio {target!r}: {scheme}:// logging is not "
+                    "supported by this shim (FIFOs and file:// are)"
+                )
         io = cls(paths)
         if paths.terminal:
             # runc connects here and passes the pty master it made (SCM_RIGHTS); the shim
@@ -105,8 +107,9 @@ class ProcessIO:
             self._output(self._copy_out(os.dup(self.master), self.paths.stdout))
         if self.paths.stdin:
             self._stdin_w = os.dup(self.master)
-            self._tasks.append(asyncio.ensure_future(self._copy_in(self.paths.stdin,
-                                                                   self._stdin_w)))  # fmt: skip
+            self._tasks.append(
+                asyncio.ensure_future(self._copy_in(self.paths.stdin, self._stdin_w))
+            )
 
     def resize(self, width: int, height: int) -> None:
         if self.master is not None:

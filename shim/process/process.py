@@ -10,29 +10,32 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from api.node import NodeConfig
 from restore_runtime.runc import Runc, RuncError
 
-from ..ttrpc.codes import Code, RPCError
+from .errors import InvalidArgument, NotFound, ProcessError, RuntimeFailed, Unimplemented
 from .io import ProcessIO, StdioPaths
 from .restore import RestoreTarget, restore_init
 from .states import Created, State
+
+if TYPE_CHECKING:
+    from restore_runtime.node import NodeContext
 
 log = logging.getLogger(__name__)
 
 
 def runc_call(coro):
-    """Turn runc failures into RPC errors containerd understands."""
+    """runc's failures as the shim's errors."""
 
     async def wrapped():
         try:
             return await coro
         except RuncError as e:
-            # containerd treats NOT_FOUND from Kill as "already gone", as with the runc shim
+            # containerd treats NotFound from Kill as "already gone", as with the runc shim
             if any(m in e.message for m in ("does not exist", "not found", "not running")):
-                raise RPCError(Code.NOT_FOUND, e.message) from e
-            raise RPCError(Code.UNKNOWN, str(e)) from e
+                raise NotFound(e.message) from e
+            raise RuntimeFailed(str(e)) from e
 
     return wrapped()
 
@@ -70,11 +73,11 @@ class Process:
 
     async def do_kill(self, sig: int, all_: bool) -> None:
         if self.pid <= 0:
-            raise RPCError(Code.NOT_FOUND, "process has no pid")
+            raise NotFound("process has no pid")
         try:
             os.kill(self.pid, sig)
         except ProcessLookupError:
-            raise RPCError(Code.NOT_FOUND, "process already finished") from None
+            raise NotFound("process already finished") from None
 
     async def do_delete(self, never_started: bool = False) -> None:
         if self.io is not None:
@@ -82,10 +85,10 @@ class Process:
             self.io.close()
 
     async def do_pause(self) -> None:
-        raise RPCError(Code.UNIMPLEMENTED, "pausing a single exec process")
+        raise Unimplemented("pausing a single exec process")
 
     async def do_resume(self) -> None:
-        raise RPCError(Code.UNIMPLEMENTED, "resuming a single exec process")
+        raise Unimplemented("resuming a single exec process")
 
     def read_pid(self) -> int:
         return int(self.pidfile.read_text().strip())
@@ -94,20 +97,25 @@ class Process:
 @dataclass
 class InitProcess(Process):
     bundle: Path = Path()
-    #: set by the task service when the spec's annotations name an artifact, with the
-    #: node's settings (read once, at the shim's start)
+    #: what the spec's annotations say about its restore (None: a plain container), and
+    #: the node it restores on
     restore_target: RestoreTarget | None = None
-    node: NodeConfig | None = None
+    node: NodeContext | None = None
 
     async def do_create(self) -> None:
         self.io = await ProcessIO.open(self.stdio)
         await with_console(
             self.io,
             runc_call(
-                self.runc.create(self.container_id, self.bundle, self.pidfile, self.io.child,
-                                 self.io.console_socket)
+                self.runc.create(
+                    self.container_id,
+                    self.bundle,
+                    self.pidfile,
+                    self.io.child,
+                    self.io.console_socket,
+                )
             ),
-        )  # fmt: skip
+        )
         self.io.after_start()
         self.pid = self.read_pid()
 
@@ -130,11 +138,14 @@ class InitProcess(Process):
                 await self.runc.delete(self.container_id, force=True)
             except RuncError as e:
                 if "does not exist" not in e.message:
-                    raise RPCError(Code.UNKNOWN, str(e)) from e
+                    raise RuntimeFailed(str(e)) from e
         await super().do_delete()
 
     async def do_pause(self) -> None:
         await runc_call(self.runc.pause(self.container_id))
+
+    async def do_update(self, resources: Path) -> None:
+        await runc_call(self.runc.update(self.container_id, resources))
 
     async def do_resume(self) -> None:
         await runc_call(self.runc.resume(self.container_id))
@@ -152,11 +163,16 @@ class ExecProcess(Process):
             await with_console(
                 self.io,
                 runc_call(
-                    self.runc.exec(self.container_id, spec_path, self.pidfile, self.io.child,
-                                   self.io.console_socket)
+                    self.runc.exec(
+                        self.container_id,
+                        spec_path,
+                        self.pidfile,
+                        self.io.child,
+                        self.io.console_socket,
+                    )
                 ),
-            )  # fmt: skip
-        except RPCError:
+            )
+        except ProcessError:
             self.io.close()
             raise
         self.io.after_start()
@@ -182,6 +198,6 @@ def validate_exec_spec(spec: bytes) -> None:
     try:
         d = json.loads(spec)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise RPCError(Code.INVALID_ARGUMENT, f"exec spec is not JSON: {e}") from e
+        raise InvalidArgument(f"exec spec is not JSON: {e}") from e
     if not isinstance(d, dict) or not d.get("args"):
-        raise RPCError(Code.INVALID_ARGUMENT, "exec spec has no args")
+        raise InvalidArgument("exec spec has no args")

@@ -1,9 +1,7 @@
-"""The restore path of a container whose OCI annotations name an artifact: the shim side of
-the engine's ``prepare -> restore -> finish`` sequence, every call going downward:
-
-    engine.prepare   verify -> compat gates -> rootfs diff -> network rebinding  (a thread)
-    runc restore     CRIU, into the new pod's namespaces and cgroups  (the shim's loop/reaper)
-    Restore.finish   page verification -> CUDA restore + unlock -> restore-complete  (a thread)
+"""The restore path of a container whose OCI annotations name an artifact: what its spec
+says (``RestoreTarget``), the artifact pulled when it lives in a registry, one call to the
+engine (``restore_runtime.executor.restore``, which runs every phase with a runc restorer on
+this shim's loop), and the report written.
 
 The fallback/strict decision is the process state's (``states.CreatedFromArtifact``); this
 module restores, and reports what happened (control directory and shim log)."""
@@ -11,7 +9,6 @@ module restores, and reports what happened (control directory and shim log)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -24,16 +21,13 @@ from api.handshake import (
     DEFAULT_CONTROL_DIR,
     is_pod_empty_dir,
 )
-from api.node import NodeConfig
 from restore_runtime.errors import SnapshotError
 
 if TYPE_CHECKING:  # pydantic costs ~0.1 s to import: a plain pod's shim never needs it
     from api.report import RestoreReport
+    from restore_runtime.node import NodeContext
 
 log = logging.getLogger(__name__)
-# Established connections cannot follow the pod to its new address; clients reconnect. The
-# tree stays stopped until the engine has verified every page image.
-CRIU_CONFIG = "tcp-close\nleave-stopped\n"
 
 
 class RestoreFailed(Exception):
@@ -93,15 +87,15 @@ class RestoreTarget:
             log.info("container %s restarted (count %s): a cold start", name, a[ann.RESTART_COUNT])
             return None
         namespace = a.get(ann.SANDBOX_NAMESPACE) or a.get(ann.POD_NAMESPACE) or ""
-        return cls(parsed, parsed.artifact or "", control_dir(spec), netns_path(spec),
-                   namespace, spec)  # fmt: skip
+        return cls(
+            parsed, parsed.artifact or "", control_dir(spec), netns_path(spec), namespace, spec
+        )
 
-    async def local_artifact(self, node: NodeConfig) -> tuple[Path, dict[str, float]]:
+    async def local_artifact(self, node: NodeContext) -> tuple[Path, dict[str, float]]:
         """The artifact's directory on this node: the store path itself, or the node cache's
         copy of an OCI artifact, pulled first on a cache miss (timed as phase ``pull``)."""
         if not self.uri.startswith("oci://"):
             return Path(self.uri.removeprefix("file://")), {}
-        from restore_runtime.artifact.node_access import artifact_cache
         from restore_runtime.artifact.oci import OciRef
 
         digest = self.annotations.manifest_digest
@@ -110,9 +104,11 @@ class RestoreTarget:
         t0 = time.monotonic()
         try:
             path, pulled = await asyncio.to_thread(
-                artifact_cache(node).fetch, OciRef.parse(self.uri), digest,
-                node.oci_pull_timeout_s,
-            )  # fmt: skip
+                node.artifact_cache().fetch,
+                OciRef.parse(self.uri),
+                digest,
+                node.settings.oci_pull_timeout_s,
+            )
         except (SnapshotError, ValueError, OSError) as e:
             raise RestoreFailed("pull", f"pulling {self.uri}: {e}") from e
         log.info("artifact %s: %s", self.uri, f"pulled into {path}" if pulled else "cached")
@@ -131,8 +127,9 @@ class RestoreTarget:
     def report_failure(self, e: RestoreFailed, outcome: ann.RestoreOutcome) -> None:
         from api.report import RestoreReport
 
-        self.report(RestoreReport(outcome=outcome, artifact=self.uri, reason=e.reason,
-                                  failedPhase=e.phase))  # fmt: skip
+        self.report(
+            RestoreReport(outcome=outcome, artifact=self.uri, reason=e.reason, failedPhase=e.phase)
+        )
 
 
 def control_dir(spec: dict) -> Path | None:
@@ -175,80 +172,72 @@ def wants_warm_up(spec: dict) -> bool:
         return False  # the create will refuse it, with the reason
 
 
-def _load_engine(node: NodeConfig) -> None:
+def _load_engine(node: NodeContext) -> None:
     # ~0.1 s, most of it pydantic and the manifest's models; the key ~0.1 s more (cryptography)
-    from restore_runtime.artifact.node_access import verify_key
     from restore_runtime.criu import images
     from restore_runtime.executor import restore as _  # noqa: F401
 
     from . import io as _io  # noqa: F401
 
-    verify_key(node)
+    node.verify_key()
     # left to the restore, this import was 0.047 s of its verify phase on an H100 node
     images.preload()
 
 
-async def warm_up(runc, node: NodeConfig) -> None:
+async def warm_up(node: NodeContext) -> None:
     """Load the engine and read CRIU's version off the restore's path: started when the shim
     starts serving, it runs while the kubelet pulls images and sets the pod up (a create
     that comes first waits for the same imports, and loses nothing)."""
     t0 = time.monotonic()
     try:
         await asyncio.to_thread(_load_engine, node)
-        await runc.criu_version()
+        assert node.runc is not None
+        await node.runc.criu_version()
     except Exception as e:  # the restore meets the same error, and reports it
         log.warning("warm-up: %s: %s", type(e).__name__, e)
         return
     log.info("engine loaded in %.3fs, ahead of the restore", time.monotonic() - t0)
 
 
-async def restore_init(p, t: RestoreTarget, node: NodeConfig) -> RestoreReport:
-    """Restore init process ``p`` (an InitProcess, not yet created) from ``t``; on success
-    ``p`` runs with its pid set. Raises RestoreFailed, having left nothing behind: no runc
-    container, no restored process, no work directory."""
+async def restore_init(p, t: RestoreTarget, node: NodeContext) -> RestoreReport:
+    """Restore init process ``p`` (an InitProcess, not yet created) from ``t``: one call to
+    the engine, which runs every phase with a runc restorer onto the container's stdio. On
+    success ``p`` runs with its pid set. Raises RestoreFailed, having left nothing behind:
+    no runc container, no restored process, no work directory."""
     # The engine is imported by restoring containers only: plain pods stay light.
-    from restore_runtime.artifact.node_access import verify_key
-    from restore_runtime.executor.restore import RestoreRequest, prepare
-    from restore_runtime.runc import RuncError
+    from restore_runtime.executor.restore import RestoreRequest, restore
+    from restore_runtime.executor.tree_access import RuncRestorer
 
     from .io import ProcessIO
 
     if p.stdio.terminal:
         raise RestoreFailed("setup", "restoring a container with a terminal (tty) is not supported")
     artifact, pull_timings = await t.local_artifact(node)
-    try:
-        req = RestoreRequest(
-            artifact=artifact, verify_key=verify_key(node), control_dir=t.control_dir,
-            netns=t.netns, skip_compat=t.annotations.skip_compat, rootfs=p.bundle / "rootfs",
-            criu_version=await p.runc.criu_version(), log_dir=p.workdir,
-            store_root=node.store_root, namespace=t.namespace,
-            admitted_digest=t.annotations.manifest_digest,
-            require_signature=node.signing_required, oci_spec=t.spec,
-            image_digest=t.image_digest, work_dir=p.workdir / "restore",
-            fill_threads=node.fill_threads, fill_ledger=node.fill_ledger_dir,
-        )  # fmt: skip
-        r = await asyncio.to_thread(prepare, req)
-    except Exception as e:
-        raise RestoreFailed.of(e) from e
+    req = RestoreRequest(
+        artifact=artifact,
+        node=node,
+        namespace=t.namespace,
+        admitted_digest=t.annotations.manifest_digest,
+        control_dir=t.control_dir,
+        netns=t.netns,
+        skip_compat=t.annotations.skip_compat,
+        image_digest=t.image_digest,
+        rootfs=p.bundle / "rootfs",
+        oci_spec=t.spec,
+        log_dir=p.workdir,
+        work_dir=p.workdir / "restore",
+    )
     try:
         p.io = await ProcessIO.open(p.stdio)
-        with r.phase("criu"):
-            try:
-                await p.runc.restore(p.container_id, p.bundle, r.images, r.work, p.pidfile,
-                                     p.io.child, criu_config=CRIU_CONFIG)  # fmt: skip
-            except SnapshotError as e:
-                raise r.restore_failed(e) from None
-        r.log_criu_share()
-        report = await asyncio.to_thread(r.finish, p.read_pid())
+        restorer = RuncRestorer(
+            p.runc, p.container_id, p.bundle, p.pidfile, p.io.child, loop=asyncio.get_running_loop()
+        )
+        report = await asyncio.to_thread(restore, req, restorer)
     except Exception as e:
         if p.io is not None:
             p.io.close()
             p.io = None
-        await asyncio.to_thread(r.close)
-        with contextlib.suppress(RuncError):  # nothing may have been created
-            await p.runc.delete(p.container_id, force=True)
         raise RestoreFailed.of(e) from e
-    await asyncio.to_thread(r.close)
     p.io.after_start()
     p.pid = report.pid or 0
     return report.model_copy(update={"timings": {**pull_timings, **report.timings}})

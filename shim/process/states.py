@@ -1,6 +1,6 @@
 """Process states, one class per state, as containerd's runc shim has them
 (process/init_state.go). A state's methods do the work and return the next state; an
-operation a state does not allow fails with FAILED_PRECONDITION (or NOT_FOUND once deleted)
+operation a state does not allow fails with FailedPrecondition (or NotFound once deleted)
 instead of reaching runc.
 
 ``CreatedFromArtifact`` is the restore path: its ``start`` restores instead of starting.
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from api.annotations import RestoreOutcome, RestorePolicy
 
-from ..ttrpc.codes import Code, RPCError
+from .errors import FailedPrecondition, NotFound, ProcessError
 from .restore import RestoreFailed
 
 if TYPE_CHECKING:
@@ -27,8 +27,8 @@ class State:
     #: containerd.v1.types.Status value reported by State RPCs
     status = 0
 
-    def _refuse(self, op: str) -> RPCError:
-        return RPCError(Code.FAILED_PRECONDITION, f"cannot {op} a process that is {self.name}")
+    def _refuse(self, op: str) -> ProcessError:
+        return FailedPrecondition(f"cannot {op} a process that is {self.name}")
 
     async def start(self, p: Process) -> State:
         raise self._refuse("start")
@@ -80,7 +80,7 @@ class CreatedFromArtifact(Created):
         except RestoreFailed as e:
             if target.policy is RestorePolicy.STRICT:
                 target.report_failure(e, RestoreOutcome.FAILED)
-                raise RPCError(Code.FAILED_PRECONDITION, str(e)) from e
+                raise FailedPrecondition(str(e)) from e
             target.report_failure(e, RestoreOutcome.FELL_BACK)
             log.warning("%s of %s; cold-starting", e, p.container_id)
         await p.do_create()
@@ -88,7 +88,7 @@ class CreatedFromArtifact(Created):
         return Running()
 
     async def kill(self, p: Process, sig: int, all_: bool) -> None:
-        raise RPCError(Code.NOT_FOUND, "process not started yet (it restores on start)")
+        raise NotFound("process not started yet (it restores on start)")
 
     async def delete(self, p: Process) -> State:
         await p.do_delete(never_started=True)
@@ -124,7 +124,7 @@ class Stopped(State):
         if all_:
             await p.do_kill(sig, all_)  # stray processes of the container may remain
             return
-        raise RPCError(Code.NOT_FOUND, "process already finished")
+        raise NotFound("process already finished")
 
     async def delete(self, p: Process) -> State:
         await p.do_delete()
@@ -137,8 +137,8 @@ class Stopped(State):
 class Deleted(State):
     name, status = "deleted", 3
 
-    def _refuse(self, op: str) -> RPCError:
-        return RPCError(Code.NOT_FOUND, f"cannot {op}: process was deleted")
+    def _refuse(self, op: str) -> ProcessError:
+        return NotFound(f"cannot {op}: process was deleted")
 
     def exited(self, p: Process) -> State:
         return self

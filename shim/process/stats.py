@@ -83,45 +83,75 @@ def _v1(dirs: dict[str, Path]) -> v1.Metrics:
     oom = _kv(mem / "memory.oom_control")
     return v1.Metrics(
         pids=v1.PidsStat(current=_int(pids / "pids.current"), limit=pids_max),
-        cpu=v1.CPUStat(usage=v1.CPUUsage(total=_int(cpu / "cpuacct.usage"),
-                                         kernel=cs.get("system", 0) * tick_ns,
-                                         user=cs.get("user", 0) * tick_ns)),
+        cpu=v1.CPUStat(
+            usage=v1.CPUUsage(
+                total=_int(cpu / "cpuacct.usage"),
+                kernel=cs.get("system", 0) * tick_ns,
+                user=cs.get("user", 0) * tick_ns,
+            )
+        ),
         memory=v1.MemoryStat(
-            cache=ms.get("cache", 0), rss=ms.get("rss", 0), mapped_file=ms.get("mapped_file", 0),
-            pg_fault=ms.get("pgfault", 0), pg_maj_fault=ms.get("pgmajfault", 0),
-            inactive_anon=ms.get("inactive_anon", 0), active_anon=ms.get("active_anon", 0),
-            inactive_file=ms.get("inactive_file", 0), active_file=ms.get("active_file", 0),
-            total_cache=ms.get("total_cache", 0), total_rss=ms.get("total_rss", 0),
+            cache=ms.get("cache", 0),
+            rss=ms.get("rss", 0),
+            mapped_file=ms.get("mapped_file", 0),
+            pg_fault=ms.get("pgfault", 0),
+            pg_maj_fault=ms.get("pgmajfault", 0),
+            inactive_anon=ms.get("inactive_anon", 0),
+            active_anon=ms.get("active_anon", 0),
+            inactive_file=ms.get("inactive_file", 0),
+            active_file=ms.get("active_file", 0),
+            total_cache=ms.get("total_cache", 0),
+            total_rss=ms.get("total_rss", 0),
             total_inactive_file=ms.get("total_inactive_file", 0),
             total_active_file=ms.get("total_active_file", 0),
-            usage=v1.MemoryEntry(limit=0 if limit >= _UNLIMITED_V1 else limit,
-                                 usage=_int(mem / "memory.usage_in_bytes"),
-                                 max=_int(mem / "memory.max_usage_in_bytes"),
-                                 failcnt=_int(mem / "memory.failcnt")),
+            usage=v1.MemoryEntry(
+                limit=0 if limit >= _UNLIMITED_V1 else limit,
+                usage=_int(mem / "memory.usage_in_bytes"),
+                max=_int(mem / "memory.max_usage_in_bytes"),
+                failcnt=_int(mem / "memory.failcnt"),
+            ),
         ),
         memory_oom_control=v1.MemoryOomControl(
-            oom_kill_disable=oom.get("oom_kill_disable", 0), under_oom=oom.get("under_oom", 0),
-            oom_kill=oom.get("oom_kill", 0)),
-    )  # fmt: skip
+            oom_kill_disable=oom.get("oom_kill_disable", 0),
+            under_oom=oom.get("under_oom", 0),
+            oom_kill=oom.get("oom_kill", 0),
+        ),
+    )
 
 
 def _v2(path: Path) -> v2.Metrics:
     cs, ms, ev = _kv(path / "cpu.stat"), _kv(path / "memory.stat"), _kv(path / "memory.events")
     return v2.Metrics(
         pids=v2.PidsStat(current=_int(path / "pids.current"), limit=_int(path / "pids.max")),
-        cpu=v2.CPUStat(usage_usec=cs.get("usage_usec", 0), user_usec=cs.get("user_usec", 0),
-                       system_usec=cs.get("system_usec", 0), nr_periods=cs.get("nr_periods", 0),
-                       nr_throttled=cs.get("nr_throttled", 0),
-                       throttled_usec=cs.get("throttled_usec", 0)),
+        cpu=v2.CPUStat(
+            usage_usec=cs.get("usage_usec", 0),
+            user_usec=cs.get("user_usec", 0),
+            system_usec=cs.get("system_usec", 0),
+            nr_periods=cs.get("nr_periods", 0),
+            nr_throttled=cs.get("nr_throttled", 0),
+            throttled_usec=cs.get("throttled_usec", 0),
+        ),
         memory=v2.MemoryStat(
-            anon=ms.get("anon", 0), file=ms.get("file", 0), file_mapped=ms.get("file_mapped", 0),
-            inactive_anon=ms.get("inactive_anon", 0), active_anon=ms.get("active_anon", 0),
-            inactive_file=ms.get("inactive_file", 0), active_file=ms.get("active_file", 0),
-            pgfault=ms.get("pgfault", 0), pgmajfault=ms.get("pgmajfault", 0),
-            usage=_int(path / "memory.current"), usage_limit=_int(path / "memory.max"),
+            anon=ms.get("anon", 0),
+            file=ms.get("file", 0),
+            file_mapped=ms.get("file_mapped", 0),
+            inactive_anon=ms.get("inactive_anon", 0),
+            active_anon=ms.get("active_anon", 0),
+            inactive_file=ms.get("inactive_file", 0),
+            active_file=ms.get("active_file", 0),
+            pgfault=ms.get("pgfault", 0),
+            pgmajfault=ms.get("pgmajfault", 0),
+            usage=_int(path / "memory.current"),
+            usage_limit=_int(path / "memory.max"),
             swap_usage=_int(path / "memory.swap.current"),
-            swap_limit=_int(path / "memory.swap.max"), max_usage=_int(path / "memory.peak")),
-        memory_events=v2.MemoryEvents(low=ev.get("low", 0), high=ev.get("high", 0),
-                                      max=ev.get("max", 0), oom=ev.get("oom", 0),
-                                      oom_kill=ev.get("oom_kill", 0)),
-    )  # fmt: skip
+            swap_limit=_int(path / "memory.swap.max"),
+            max_usage=_int(path / "memory.peak"),
+        ),
+        memory_events=v2.MemoryEvents(
+            low=ev.get("low", 0),
+            high=ev.get("high", 0),
+            max=ev.get("max", 0),
+            oom=ev.get("oom", 0),
+            oom_kill=ev.get("oom_kill", 0),
+        ),
+    )

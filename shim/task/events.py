@@ -87,9 +87,12 @@ class Publisher:
                 if self._client is None:
                     self._client = await Client.connect(self.address)
                 await self._client.call(
-                    EVENTS_SERVICE, "Forward", events_pb2.ForwardRequest(envelope=env),
-                    empty_pb2.Empty, timeout=5,
-                )  # fmt: skip
+                    EVENTS_SERVICE,
+                    "Forward",
+                    events_pb2.ForwardRequest(envelope=env),
+                    empty_pb2.Empty,
+                    timeout=5,
+                )
                 self.sent.append(env.topic)
                 return
             except (TimeoutError, OSError, ConnectionError) as e:

@@ -1,11 +1,11 @@
-"""The task API: translates ttrpc RPCs into operations on containers and processes. Protobuf
-types stay here; process/ and runc/ never see them."""
+"""The task API: translates ttrpc RPCs into operations on containers (process/container.py),
+publishes containerd's events, and maps the errors those raise to ttrpc statuses in one
+place (errors.py). Protobuf types stay here; process/ and runc/ never see them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -14,21 +14,24 @@ from pathlib import Path
 
 from google.protobuf import empty_pb2
 
-from api.node import NodeConfig
-from restore_runtime import mounts
-from restore_runtime.runc import Runc, RuncError
+from restore_runtime.node import NodeContext
 
 from .. import VERSION
 from ..process import oom, stats
 from ..process.container import Container, Mount, new_container
+from ..process.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unimplemented,
+)
 from ..process.io import StdioPaths
-from ..process.process import ExecProcess, Process, validate_exec_spec
-from ..process.state_dir import remove_container_state
-from ..process.states import Deleted
+from ..process.process import Process
 from ..proto import events_pb2, shim_pb2, types_pb2
 from ..reaper import Reaper
-from ..ttrpc.codes import Code, RPCError
 from ..ttrpc.server import Handler, Handlers
+from .errors import mapped
 from .events import Publisher, timestamp
 
 log = logging.getLogger(__name__)
@@ -43,17 +46,16 @@ def _exited_at(p: Process):
 class TaskService:
     def __init__(
         self,
-        runc: Runc,
+        node: NodeContext,
         reaper: Reaper,
         publisher: Publisher,
         workdir: Path,
-        node: NodeConfig,
         on_empty: Callable[[], None] | None = None,
     ) -> None:
-        self.runc, self.reaper, self.events = runc, reaper, publisher
-        self.workdir = workdir
-        #: the node's settings, as the installer wrote them into the shim's environment
+        #: the node, built once by bootstrap: its settings, keys, cache and runc
         self.node = node
+        self.reaper, self.events = reaper, publisher
+        self.workdir = workdir
         self.containers: dict[str, Container] = {}
         self.on_empty = on_empty
         self._exit_tasks: set[asyncio.Task] = set()
@@ -62,25 +64,31 @@ class TaskService:
     def handlers(self) -> Handlers:
         S = shim_pb2
         table = {
-            "State": (self.state, S.StateRequest), "Create": (self.create, S.CreateTaskRequest),
-            "Start": (self.start, S.StartRequest), "Delete": (self.delete, S.DeleteRequest),
-            "Pids": (self.pids, S.PidsRequest), "Pause": (self.pause, S.PauseRequest),
-            "Resume": (self.resume, S.ResumeRequest), "Kill": (self.kill, S.KillRequest),
-            "Exec": (self.exec, S.ExecProcessRequest), "Wait": (self.wait, S.WaitRequest),
+            "State": (self.state, S.StateRequest),
+            "Create": (self.create, S.CreateTaskRequest),
+            "Start": (self.start, S.StartRequest),
+            "Delete": (self.delete, S.DeleteRequest),
+            "Pids": (self.pids, S.PidsRequest),
+            "Pause": (self.pause, S.PauseRequest),
+            "Resume": (self.resume, S.ResumeRequest),
+            "Kill": (self.kill, S.KillRequest),
+            "Exec": (self.exec, S.ExecProcessRequest),
+            "Wait": (self.wait, S.WaitRequest),
             "ResizePty": (self.resize_pty, S.ResizePtyRequest),
             "CloseIO": (self.close_io, S.CloseIORequest),
-            "Update": (self.update, S.UpdateTaskRequest), "Stats": (self.stats, S.StatsRequest),
+            "Update": (self.update, S.UpdateTaskRequest),
+            "Stats": (self.stats, S.StatsRequest),
             "Connect": (self.connect, S.ConnectRequest),
             "Shutdown": (self.shutdown, S.ShutdownRequest),
             "Checkpoint": (self.checkpoint, S.CheckpointTaskRequest),
-        }  # fmt: skip
-        return {f"/{SERVICE}/{k}": Handler(fn, req) for k, (fn, req) in table.items()}
+        }
+        return {f"/{SERVICE}/{k}": Handler(mapped(fn), req) for k, (fn, req) in table.items()}
 
     # -- helpers ----------------------------------------------------------------------------
     def _get(self, id_: str) -> Container:
         c = self.containers.get(id_)
         if c is None:
-            raise RPCError(Code.NOT_FOUND, f"container {id_!r} not found")
+            raise NotFound(f"container {id_!r} not found")
         return c
 
     def _on_exit(self, pid: int, code: int) -> None:
@@ -106,9 +114,14 @@ class TaskService:
             self.events.publish(events_pb2.TaskOOM(container_id=c.id))
         p.set_exited(code)
         self.events.publish(
-            events_pb2.TaskExit(container_id=c.id, id=p.exec_id or c.id, pid=p.pid,
-                                exit_status=code, exited_at=timestamp(p.exited_at))
-        )  # fmt: skip
+            events_pb2.TaskExit(
+                container_id=c.id,
+                id=p.exec_id or c.id,
+                pid=p.pid,
+                exit_status=code,
+                exited_at=timestamp(p.exited_at),
+            )
+        )
         if p is c.init:
             # the container's other processes die with its init (the runc shim does so)
             for e in c.execs.values():
@@ -125,14 +138,17 @@ class TaskService:
     # -- RPCs -------------------------------------------------------------------------------
     async def create(self, r: shim_pb2.CreateTaskRequest) -> shim_pb2.CreateTaskResponse:
         if not r.id:
-            raise RPCError(Code.INVALID_ARGUMENT, "container id is empty")
+            raise InvalidArgument("container id is empty")
         if r.id in self.containers:
-            raise RPCError(Code.ALREADY_EXISTS, f"container {r.id!r} already exists")
+            raise AlreadyExists(f"container {r.id!r} already exists")
         c = await new_container(
-            r.id, Path(r.bundle), [Mount(m.type, m.source, list(m.options)) for m in r.rootfs],
-            StdioPaths(r.stdin, r.stdout, r.stderr, r.terminal), self.runc,
-            self.workdir, self.node,
-        )  # fmt: skip
+            r.id,
+            Path(r.bundle),
+            [Mount(m.type, m.source, list(m.options)) for m in r.rootfs],
+            StdioPaths(r.stdin, r.stdout, r.stderr, r.terminal),
+            self.node,
+            self.workdir,
+        )
         init = c.init
         self.containers[r.id] = c
         if init.pid:
@@ -140,12 +156,16 @@ class TaskService:
             self._check_already_exited(init)
         self.events.publish(
             events_pb2.TaskCreate(
-                container_id=r.id, bundle=r.bundle, rootfs=list(r.rootfs), pid=init.pid,
-                io=events_pb2.TaskIO(stdin=r.stdin, stdout=r.stdout, stderr=r.stderr,
-                                     terminal=r.terminal),
+                container_id=r.id,
+                bundle=r.bundle,
+                rootfs=list(r.rootfs),
+                pid=init.pid,
+                io=events_pb2.TaskIO(
+                    stdin=r.stdin, stdout=r.stdout, stderr=r.stderr, terminal=r.terminal
+                ),
                 checkpoint=r.checkpoint,
             )
-        )  # fmt: skip
+        )
         return shim_pb2.CreateTaskResponse(pid=init.pid)
 
     async def start(self, r: shim_pb2.StartRequest) -> shim_pb2.StartResponse:
@@ -153,9 +173,7 @@ class TaskService:
         p = c.process(r.exec_id)
         p.starting = True
         try:
-            p.state = await p.state.start(p)
-            if p.pid and p is c.init:
-                c.note_cgroups()  # a restored or fallen-back init has its pid only now
+            await c.start(p)
             if r.exec_id:
                 self.events.publish(
                     events_pb2.TaskExecStarted(container_id=c.id, exec_id=r.exec_id, pid=p.pid)
@@ -175,36 +193,26 @@ class TaskService:
 
     async def delete(self, r: shim_pb2.DeleteRequest) -> shim_pb2.DeleteResponse:
         c = self._get(r.id)
-        p = c.process(r.exec_id)
-        p.state = await p.state.delete(p)
-        if r.exec_id:
-            del c.execs[r.exec_id]
-        else:
-            if c.rootfs_mounted:
-                mounts.unmount(str(c.bundle / "rootfs"))
-            await asyncio.to_thread(remove_container_state, self.workdir, c.id)
+        p = await c.delete(r.exec_id)
+        if not r.exec_id:
             del self.containers[r.id]
-        resp = shim_pb2.DeleteResponse(pid=p.pid, exit_status=p.exit_status,
-                                       exited_at=_exited_at(p))  # fmt: skip
+        resp = shim_pb2.DeleteResponse(
+            pid=p.pid, exit_status=p.exit_status, exited_at=_exited_at(p)
+        )
         self.events.publish(
-            events_pb2.TaskDelete(container_id=c.id, pid=p.pid, exit_status=p.exit_status,
-                                  exited_at=resp.exited_at, id=r.exec_id or c.id)
-        )  # fmt: skip
+            events_pb2.TaskDelete(
+                container_id=c.id,
+                pid=p.pid,
+                exit_status=p.exit_status,
+                exited_at=resp.exited_at,
+                id=r.exec_id or c.id,
+            )
+        )
         return resp
 
     async def exec(self, r: shim_pb2.ExecProcessRequest) -> empty_pb2.Empty:
         c = self._get(r.id)
-        if r.exec_id in c.execs:
-            raise RPCError(Code.ALREADY_EXISTS, f"exec {r.exec_id!r} already exists")
-        if not r.exec_id:
-            raise RPCError(Code.INVALID_ARGUMENT, "exec id is empty")
-        if isinstance(c.init.state, Deleted) or c.init.done.is_set():
-            raise RPCError(Code.FAILED_PRECONDITION, f"container {c.id} is not running")
-        validate_exec_spec(r.spec.value)
-        c.execs[r.exec_id] = ExecProcess(
-            container_id=c.id, exec_id=r.exec_id, runc=self.runc, workdir=c.init.workdir,
-            stdio=StdioPaths(r.stdin, r.stdout, r.stderr, r.terminal), spec=r.spec.value,
-        )  # fmt: skip
+        await c.exec(r.exec_id, StdioPaths(r.stdin, r.stdout, r.stderr, r.terminal), r.spec.value)
         self.events.publish(events_pb2.TaskExecAdded(container_id=c.id, exec_id=r.exec_id))
         return empty_pb2.Empty()
 
@@ -212,17 +220,22 @@ class TaskService:
         c = self._get(r.id)
         p = c.process(r.exec_id)
         resp = shim_pb2.StateResponse(
-            id=p.exec_id or c.id, bundle=str(c.bundle), pid=p.pid, status=p.state.status,
-            stdin=p.stdio.stdin, stdout=p.stdio.stdout, stderr=p.stdio.stderr,
-            terminal=p.stdio.terminal, exit_status=p.exit_status, exec_id=r.exec_id,
+            id=p.exec_id or c.id,
+            bundle=str(c.bundle),
+            pid=p.pid,
+            status=p.state.status,
+            stdin=p.stdio.stdin,
+            stdout=p.stdio.stdout,
+            stderr=p.stdio.stderr,
+            terminal=p.stdio.terminal,
+            exit_status=p.exit_status,
+            exec_id=r.exec_id,
             exited_at=_exited_at(p),
-        )  # fmt: skip
+        )
         return resp
 
     async def kill(self, r: shim_pb2.KillRequest) -> empty_pb2.Empty:
-        c = self._get(r.id)
-        p = c.process(r.exec_id)
-        await p.state.kill(p, r.signal, r.all)
+        await self._get(r.id).kill(r.exec_id, r.signal, r.all)
         return empty_pb2.Empty()
 
     async def wait(self, r: shim_pb2.WaitRequest) -> shim_pb2.WaitResponse:
@@ -232,18 +245,15 @@ class TaskService:
         return shim_pb2.WaitResponse(exit_status=p.exit_status, exited_at=_exited_at(p))
 
     async def pids(self, r: shim_pb2.PidsRequest) -> shim_pb2.PidsResponse:
-        c = self._get(r.id)
-        pids = await self.runc.ps(c.id) if c.init.pid else []
+        pids = await self._get(r.id).pids()
         return shim_pb2.PidsResponse(processes=[types_pb2.ProcessInfo(pid=p) for p in pids])
 
     async def pause(self, r: shim_pb2.PauseRequest) -> empty_pb2.Empty:
-        c = self._get(r.id)
-        c.init.state = await c.init.state.pause(c.init)
+        await self._get(r.id).pause()
         return empty_pb2.Empty()
 
     async def resume(self, r: shim_pb2.ResumeRequest) -> empty_pb2.Empty:
-        c = self._get(r.id)
-        c.init.state = await c.init.state.resume(c.init)
+        await self._get(r.id).resume()
         return empty_pb2.Empty()
 
     async def close_io(self, r: shim_pb2.CloseIORequest) -> empty_pb2.Empty:
@@ -255,42 +265,22 @@ class TaskService:
     async def resize_pty(self, r: shim_pb2.ResizePtyRequest) -> empty_pb2.Empty:
         p = self._get(r.id).process(r.exec_id)
         if p.io is None or p.io.master is None:
-            raise RPCError(Code.FAILED_PRECONDITION, "process has no terminal")
+            raise FailedPrecondition("process has no terminal")
         p.io.resize(r.width, r.height)
         return empty_pb2.Empty()
 
     async def update(self, r: shim_pb2.UpdateTaskRequest) -> empty_pb2.Empty:
-        c = self._get(r.id)
-        if not r.resources.value:
-            return empty_pb2.Empty()
-        if not c.init.pid or c.init.done.is_set():
-            raise RPCError(Code.FAILED_PRECONDITION, f"container {c.id} is not running")
-        # containerd sends OCI LinuxResources as JSON (typeurl of a Go struct); runc update
-        # takes exactly that.
-        try:
-            json.loads(r.resources.value)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise RPCError(Code.INVALID_ARGUMENT, f"resources are not OCI JSON: {e}") from e
-        path = c.init.workdir / "update-resources.json"
-        path.write_bytes(r.resources.value)
-        try:
-            await self.runc.update(c.id, path)
-        except RuncError as e:
-            raise RPCError(Code.UNKNOWN, str(e)) from e
+        if r.resources.value:
+            await self._get(r.id).update(r.resources.value)
         return empty_pb2.Empty()
 
     async def stats(self, r: shim_pb2.StatsRequest) -> shim_pb2.StatsResponse:
-        c = self._get(r.id)
-        c.note_cgroups()
-        if not c.cgroup_dirs:
-            raise RPCError(Code.NOT_FOUND, f"container {c.id} has no cgroup (not running)")
-        return shim_pb2.StatsResponse(stats=stats.metrics(c.cgroup_dirs))
+        return shim_pb2.StatsResponse(stats=self._get(r.id).metrics())
 
     async def checkpoint(self, r: shim_pb2.CheckpointTaskRequest) -> empty_pb2.Empty:
         c = self._get(r.id)
-        raise RPCError(
-            Code.UNIMPLEMENTED,
-            f"checkpoint {c.id} with the node agent (snapshotctl), which packs a verified artifact",
+        raise Unimplemented(
+            f"checkpoint {c.id} with the node agent (snapshotctl), which packs a verified artifact"
         )
 
     async def connect(self, r: shim_pb2.ConnectRequest) -> shim_pb2.ConnectResponse:

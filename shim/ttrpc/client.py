@@ -27,13 +27,20 @@ class Client:
         return cls(reader, writer)
 
     async def call(
-        self, service: str, method: str, request: Message, reply_type: type[Message],
+        self,
+        service: str,
+        method: str,
+        request: Message,
+        reply_type: type[Message],
         timeout: float = 10.0,
-    ) -> Message:  # fmt: skip
+    ) -> Message:
         sid = next(self._ids)
-        req = ttrpc_pb2.Request(service=service, method=method,
-                                payload=request.SerializeToString(),
-                                timeout_nano=int(timeout * 1e9))  # fmt: skip
+        req = ttrpc_pb2.Request(
+            service=service,
+            method=method,
+            payload=request.SerializeToString(),
+            timeout_nano=int(timeout * 1e9),
+        )
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending[sid] = fut
         self._writer.write(

@@ -49,8 +49,9 @@ async def dispatch(handlers: Handlers, data: bytes) -> ttrpc_pb2.Response:
     log.debug("-> %s", what)
     # A call still running after SLOW_S is logged (with SIGUSR1, the shim then dumps where
     # every task waits): a hung RPC otherwise blocks containerd with nothing in any log.
-    slow = asyncio.get_running_loop().call_later(SLOW_S, log.warning, "%s still running "
-                                                 "after %gs", what, SLOW_S)  # fmt: skip
+    slow = asyncio.get_running_loop().call_later(
+        SLOW_S, log.warning, "%s still running after %gs", what, SLOW_S
+    )
     try:
         reply = await handler.fn(msg)
     except RPCError as e:

@@ -59,8 +59,10 @@ pytestmark = CRI_NODE
 
 def _pod(kl, name: str, env: list[dict] | None = None, command=None, ready=None):
     main = {"name": "main", "image": IMAGE, "env": env or []}
-    pod = kl.api.post(f"/api/v1/namespaces/{kl.ns}/pods", json={
-        "metadata": {"name": name}, "spec": {"containers": [main]}}).json()  # fmt: skip
+    pod = kl.api.post(
+        f"/api/v1/namespaces/{kl.ns}/pods",
+        json={"metadata": {"name": name}, "spec": {"containers": [main]}},
+    ).json()
     kw = {"command": command} if command else {}
     sandbox, ctr = kl.start(pod, ready=ready, **kw)
     return pod, kl.crictl.pod_ip(sandbox), ctr
@@ -133,12 +135,17 @@ async def test_a_committed_artifact_of_a_checkpointing_snapshot_is_finished_not_
         snap = await agent.snapshots.get(ns, f"late-{sfx}")
         out = decisions.artifact_dir(containerd.store, snap)
         out.parent.mkdir(parents=True, exist_ok=True)
-        checkpoint(CheckpointRequest(output=out, leave_running=True,
-                                     runc_container=RuncContainer(agent.cfg.runc_root, ctr,
-                                                                  containerd.runc),
-                                     pod=f"late-{sfx}", namespace=ns,
-                                     pod_snapshot=f"late-{sfx}",
-                                     pod_snapshot_uid=snap.metadata.uid))  # fmt: skip
+        checkpoint(
+            CheckpointRequest(
+                output=out,
+                leave_running=True,
+                runc_container=RuncContainer(agent.cfg.runc_root, ctr, containerd.runc),
+                pod=f"late-{sfx}",
+                namespace=ns,
+                pod_snapshot=f"late-{sfx}",
+                pod_snapshot_uid=snap.metadata.uid,
+            )
+        )
         await resync(agent)
         await settle(agent)
     got = api.get(f"{snaps(ns)}/late-{sfx}").json()
@@ -157,8 +164,15 @@ async def test_a_source_whose_wake_fails_is_reported_not_left_asleep_silently(
     env = [{"name": "STANDIN_MODE", "value": "wake-fails"}]
     _pod(kubelet, f"nowake-{sfx}", env, command=STANDIN_VLLM, ready=generate)
     quiesce = {"engine": "vllm", "port": PORT}
-    await hand_over(control_plane, api, ns, f"nowake-{sfx}", f"nowake-{sfx}",
-                       keepSourceRunning=True, quiesce=quiesce)  # fmt: skip
+    await hand_over(
+        control_plane,
+        api,
+        ns,
+        f"nowake-{sfx}",
+        f"nowake-{sfx}",
+        keepSourceRunning=True,
+        quiesce=quiesce,
+    )
     async with await kube.api_client(str(control_plane.kubeconfig)) as client:
         agent = node_agent(client, containerd, kubelet)
         await resync(agent)
@@ -170,8 +184,11 @@ async def test_a_source_whose_wake_fails_is_reported_not_left_asleep_silently(
     events = _events(api, ns)
     assert (f"nowake-{sfx}", SOURCE_NOT_RESUMED) in events  # the PodSnapshot and the pod
     items = api.get(f"/api/v1/namespaces/{ns}/events").json()["items"]
-    kinds = {e["involvedObject"]["kind"] for e in items if e["reason"] == SOURCE_NOT_RESUMED
-             and e["involvedObject"]["name"] == f"nowake-{sfx}"}  # fmt: skip
+    kinds = {
+        e["involvedObject"]["kind"]
+        for e in items
+        if e["reason"] == SOURCE_NOT_RESUMED and e["involvedObject"]["name"] == f"nowake-{sfx}"
+    }
     assert kinds == {"PodSnapshot", "Pod"}, kinds
 
 
@@ -257,16 +274,19 @@ async def test_an_api_server_down_from_the_dump_to_after_the_commit_ends_ready(
         where = containerd.store / ns
         await _until(lambda: any(where.glob(f".outage-{sfx}-*.staging-*")), "the dump")
         proxy.down()  # the agent wrote Checkpointing; now it dumps, with no API server
-        await _until(lambda: any(p.is_dir() for p in where.glob(f"outage-{sfx}-*")),
-                     "the commit")  # fmt: skip
+        await _until(lambda: any(p.is_dir() for p in where.glob(f"outage-{sfx}-*")), "the commit")
         await asyncio.sleep(2)  # committed: the Ready write fails and is tried again
         pending = conditions(api.get(f"{snaps(ns)}/outage-{sfx}").json())["Ready"]
         assert pending == ("False", "Checkpointing")
         assert runc.state()["status"] == "running", "the source is not ended before Ready"
         proxy.up()
         await settle(agent)
-        assert agent.metrics.registry.get_sample_value(
-            "snapshot_agent_checkpoints_total", {"result": "captured"}) == 1  # fmt: skip
+        assert (
+            agent.metrics.registry.get_sample_value(
+                "snapshot_agent_checkpoints_total", {"result": "captured"}
+            )
+            == 1
+        )
     proxy.down()
     snap = api.get(f"{snaps(ns)}/outage-{sfx}").json()
     assert conditions(snap)["Ready"] == ("True", "Captured"), snap["status"]
@@ -308,7 +328,8 @@ async def test_a_handshake_timeout_fails_the_snapshot_with_its_condition_event_a
         await resync(agent)
         await settle(agent)
         failed = agent.metrics.registry.get_sample_value(
-            "snapshot_agent_checkpoints_total", {"result": "failed"})  # fmt: skip
+            "snapshot_agent_checkpoints_total", {"result": "failed"}
+        )
     assert failed == 1
     snap = api.get(f"{snaps(ns)}/mute-{sfx}").json()
     cond = next(c for c in snap["status"]["conditions"] if c["type"] == "Failed")

@@ -51,14 +51,37 @@ def _free_port() -> int:
 
 
 def _start_agent(control_plane, containerd, kubelet_root, port: int, log) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "agent.cli", "run", "--node", NODE,
-            "--store", str(containerd.store), "--kubelet-root", str(kubelet_root),
-            "--sign-key", str(containerd.sign_key), "--kubeconfig", str(control_plane.kubeconfig),
-            "--metrics-port", str(port), "--resync", "2",
-            "--handshake-timeout", "300"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "agent.cli",
+        "run",
+        "--node",
+        NODE,
+        "--store",
+        str(containerd.store),
+        "--kubelet-root",
+        str(kubelet_root),
+        "--sign-key",
+        str(containerd.sign_key),
+        "--kubeconfig",
+        str(control_plane.kubeconfig),
+        "--metrics-port",
+        str(port),
+        "--resync",
+        "2",
+        "--handshake-timeout",
+        "300",
+    ]
     # the runc of this containerd line comes first on its PATH
-    return subprocess.Popen(argv, cwd=ROOT, env=containerd.env(), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=containerd.env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _metric(port: int, name: str) -> float | None:
@@ -93,12 +116,18 @@ async def test_an_agent_killed_mid_checkpoint_recovers_when_it_starts_again(
     moment,
 ):
     api, sfx = kubelet.api, uuid.uuid4().hex[:6]
-    env = {"quiesce": [{"name": "COUNTER_QUIESCE_GATE", "value": "/snapshot-control/gate"}],
-           "dump": [{"name": "COUNTER_EXTRA_MB", "value": "1024"}],
-           "pack": []}[moment]  # fmt: skip
-    pod = api.post(f"/api/v1/namespaces/{kubelet.ns}/pods", json={
-        "metadata": {"name": f"src-{sfx}"},
-        "spec": {"containers": [{"name": "main", "image": IMAGE, "env": env}]}}).json()  # fmt: skip
+    env = {
+        "quiesce": [{"name": "COUNTER_QUIESCE_GATE", "value": "/snapshot-control/gate"}],
+        "dump": [{"name": "COUNTER_EXTRA_MB", "value": "1024"}],
+        "pack": [],
+    }[moment]
+    pod = api.post(
+        f"/api/v1/namespaces/{kubelet.ns}/pods",
+        json={
+            "metadata": {"name": f"src-{sfx}"},
+            "spec": {"containers": [{"name": "main", "image": IMAGE, "env": env}]},
+        },
+    ).json()
     sandbox, ctr = kubelet.start(pod)
     ip = kubelet.crictl.pod_ip(sandbox)
     if moment == "pack":  # a rootfs diff that takes a while to pack
@@ -117,14 +146,25 @@ async def test_an_agent_killed_mid_checkpoint_recovers_when_it_starts_again(
         first = _start_agent(control_plane, containerd, kubelet.root, port, log)
         try:
             if moment == "quiesce":
-                wait_until(lambda: (control / CHECKPOINT_REQUESTED).exists(), [first],
-                           "the checkpoint request", logs, timeout=120, poll=0.01)  # fmt: skip
+                wait_until(
+                    lambda: (control / CHECKPOINT_REQUESTED).exists(),
+                    [first],
+                    "the checkpoint request",
+                    logs,
+                    timeout=120,
+                    poll=0.01,
+                )
             elif moment == "dump":
                 _until_frozen(freezer, first, logs)
             else:
-                wait_until(lambda: any((store / kubelet.ns).glob(".*staging-*/rootfs-diff.tar")),
-                           [first], "the rootfs diff being packed", logs, timeout=120,
-                           poll=0.002)  # fmt: skip
+                wait_until(
+                    lambda: any((store / kubelet.ns).glob(".*staging-*/rootfs-diff.tar")),
+                    [first],
+                    "the rootfs diff being packed",
+                    logs,
+                    timeout=120,
+                    poll=0.002,
+                )
         finally:
             os.killpg(first.pid, signal.SIGKILL)
             first.wait(10)
@@ -142,8 +182,9 @@ async def test_an_agent_killed_mid_checkpoint_recovers_when_it_starts_again(
             assert second.poll() is None, logs.read_text()[-3000:]
             assert _metric(port, "snapshot_agent_recovered_total") == 1.0
             snap = api.get(f"{snap_url}/cut-{sfx}").json()
-            message = next(c["message"] for c in snap["status"]["conditions"]
-                           if c["type"] == "Failed")  # fmt: skip
+            message = next(
+                c["message"] for c in snap["status"]["conditions"] if c["type"] == "Failed"
+            )
             assert "the agent restarted during the checkpoint" in message, message
             # CRIU holds the freeze only while it seizes the tree: killed then, the cgroup
             # stays frozen and is thawed; a moment later, the workload is only quiesced

@@ -71,14 +71,18 @@ def test_a_debian_11_node_restores_with_the_bundle(tmp_path):
         """install-node into the Debian 11 root, then containerd's config registered too
         (this containerd's config lives outside the root)."""
         (root / "etc/containerd").mkdir(parents=True, exist_ok=True)
-        res = inst.install(root, packages=packages, sign_key=node.sign_key,
-                           node=node.node_config())  # fmt: skip
+        res = inst.install(root, packages=packages, sign_key=node.sign_key, node=node.node_config())
         installed["bundle"] = res.bundle
         config.write_text(inst.with_runtime(config.read_text()))
 
-    node = Containerd(Path(f"/tmp/snapshot-b11-{uuid.uuid4().hex[:6]}"), major=2,
-                      bridge="snapbr7", subnet="10.233.7.0/24", bin_dirs=[str(enter)],
-                      installer=install_node)  # fmt: skip
+    node = Containerd(
+        Path(f"/tmp/snapshot-b11-{uuid.uuid4().hex[:6]}"),
+        major=2,
+        bridge="snapbr7",
+        subnet="10.233.7.0/24",
+        bin_dirs=[str(enter)],
+        installer=install_node,
+    )
     cri = Crictl(node.address, tmp_path)
     pods: list[str] = []
     try:
@@ -95,8 +99,9 @@ def test_a_debian_11_node_restores_with_the_bundle(tmp_path):
         ctl.mkdir()
         dst, cfg = cri.run_pod(f"dst-{uid[:5]}", "snapshot", admitted(art), uid=uid)
         pods.append(dst)
-        dst_ctr = cri.create(dst, cfg, "main", BUSYBOX_IMAGE, WORKLOAD,
-                             (workloads.control_mount(ctl, uid),))  # fmt: skip
+        dst_ctr = cri.create(
+            dst, cfg, "main", BUSYBOX_IMAGE, WORKLOAD, (workloads.control_mount(ctl, uid),)
+        )
         r = cri.run("start", dst_ctr, check=False)
         assert r.returncode == 0, r.stderr
         report = json.loads((ctl / RESTORE_REPORT).read_text())

@@ -11,11 +11,11 @@ from agent import decisions as d
 from api.annotations import ARTIFACT, RESTORED_CONDITION, RestoreOutcome
 from api.crd import ArtifactRef, SourceInfo
 from api.crd import PodSnapshotReasons as R
+from api.host import HostFingerprint
 from api.manifest import Compat, FileEntry, GpuInfo, Manifest, Source
 from api.report import RestoreReport
 from restore_runtime.artifact import oci
 from restore_runtime.artifact.oci import OciRef
-from restore_runtime.compat import HostInfo
 from tests.controller.objects import pod, snapshot
 
 PENDING = [("Ready", "False", R.CHECKPOINT_PENDING)]
@@ -64,19 +64,29 @@ def test_oci_tag_and_annotations():
     assert a[oci.KEP2008_NAMESPACE] == "ns" and a[oci.KEP2008_CONTAINER] == snap.container
 
 
-HOST = HostInfo(arch="x86_64", kernel="6.18.4", criu_version="4.2.1", driver_version="580.1",
-                cuda_driver_version=13000,
-                gpus=[GpuInfo(uuid="GPU-b", product="NVIDIA H200")])  # fmt: skip
+HOST = HostFingerprint(
+    arch="x86_64",
+    kernel="6.18.4",
+    criu_version="4.2.1",
+    driver_version="580.1",
+    cuda_driver_version=13000,
+    gpus=[GpuInfo(uuid="GPU-b", product="NVIDIA H200")],
+)
 OCI_URI = "oci://reg:5000/snaps:ns.snap@sha256:" + "b" * 64
 
 
 def captured_snap(node="node-a", uri=OCI_URI, ready=True, arch="x86_64", product="NVIDIA H200"):
     snap = snapshot([("Ready", "True" if ready else "False", R.CAPTURED)], node=node)
     snap.status.artifact = ArtifactRef(uri=uri, manifest_digest="sha256:" + "a" * 64)
-    snap.status.source = SourceInfo(node_name=node, arch=arch, kernel_version="6.18.1",
-                                    criu_version="4.2.0", driver_version="580.1",
-                                    cuda_driver_version="13000",
-                                    gpus=[GpuInfo(uuid="GPU-a", product=product)])  # fmt: skip
+    snap.status.source = SourceInfo(
+        node_name=node,
+        arch=arch,
+        kernel_version="6.18.1",
+        criu_version="4.2.0",
+        driver_version="580.1",
+        cuda_driver_version="13000",
+        gpus=[GpuInfo(uuid="GPU-a", product=product)],
+    )
     return snap
 
 
@@ -106,11 +116,16 @@ def test_container_id_and_image_digest():
 def test_captured_status_carries_the_manifest():
     m = Manifest(
         source=Source(pid=1, hostname="h"),
-        compat=Compat(arch="x86_64", kernel="6.1", criuVersion="4.2.1", driverVersion="570.1",
-                      cudaDriverVersion=12080,
-                      gpus=[{"uuid": "GPU-1", "product": "NVIDIA H200", "memoryMiB": 143771}]),
+        compat=Compat(
+            arch="x86_64",
+            kernel="6.1",
+            criuVersion="4.2.1",
+            driverVersion="570.1",
+            cudaDriverVersion=12080,
+            gpus=[{"uuid": "GPU-1", "product": "NVIDIA H200", "memoryMiB": 143771}],
+        ),
         files=[FileEntry(path="criu/pages-1.img", size=3_000_000_000, digest="0" * 64)],
-    )  # fmt: skip
+    )
     snap = snapshot([("Ready", "False", R.CHECKPOINTING)], node="node-a")
     st = d.captured(snap, m, "file:///store/x", "sha256:" + "1" * 64, 9.81)
     ready = next(c for c in st.conditions if c.type == "Ready")
@@ -121,6 +136,18 @@ def test_captured_status_carries_the_manifest():
     api = st.to_api()
     assert api["artifact"]["manifestDigest"].startswith("sha256:")
     assert api["source"]["gpus"][0]["memoryMiB"] == 143771
+
+
+def test_the_status_keeps_the_manifests_fingerprint_under_the_crds_names():
+    """One host fingerprint (api/host.py) for the manifest, the status and the gates: what
+    the status records reads back as the manifest's, and its wire names stay the CRD's."""
+    src = SourceInfo.of("node-a", HOST)
+    assert src.fingerprint() == HOST
+    api = src.to_api()
+    assert api["kernelVersion"] == "6.18.4" and api["cudaDriverVersion"] == "13000"
+    assert SourceInfo(node_name="node-a").fingerprint() is None  # not captured yet
+    garbled = src.model_copy(update={"cuda_driver_version": "13.0"})
+    assert garbled.fingerprint().cuda_driver_version is None  # a mismatch, not a crash
 
 
 def test_failed_status():
@@ -139,10 +166,13 @@ def test_failed_status():
     ],
 )
 def test_restored_condition(outcome, status, reason):
-    report = RestoreReport(outcome=outcome, artifact="/a", reason="digest mismatch" if
-                           outcome != RestoreOutcome.RESTORED else None,
-                           failedPhase="verify" if outcome != RestoreOutcome.RESTORED else None,
-                           timings={"criu": 1.234, "cuda": 0.5})  # fmt: skip
+    report = RestoreReport(
+        outcome=outcome,
+        artifact="/a",
+        reason="digest mismatch" if outcome != RestoreOutcome.RESTORED else None,
+        failedPhase="verify" if outcome != RestoreOutcome.RESTORED else None,
+        timings={"criu": 1.234, "cuda": 0.5},
+    )
     c = d.restored_condition(report)
     assert (c.status, c.reason) == (status, reason)
     assert "criu 1.23s" in c.message and "cuda 0.50s" in c.message
@@ -153,8 +183,9 @@ def test_restored_condition(outcome, status, reason):
 
 def test_the_restored_condition_names_the_fills_bytes_and_speed():
     timings = {"fill": 1.5, "cuda": 2.0}
-    report = RestoreReport(outcome=RestoreOutcome.RESTORED, artifact="/a", timings=timings,
-                           fillBytes=15_000_000_000)  # fmt: skip
+    report = RestoreReport(
+        outcome=RestoreOutcome.RESTORED, artifact="/a", timings=timings, fillBytes=15_000_000_000
+    )
     assert d.restored_condition(report).message.endswith("filled 15.00 GB at 10.0 GB/s")
     assert RestoreReport(outcome=RestoreOutcome.RESTORED, artifact="/a").fill_text is None
 
@@ -189,11 +220,13 @@ def test_the_checkpoint_target():
     assert t == d.CheckpointTarget("abc123", "uid-1", "sha256:" + "e" * 64)
 
 
-CRI = {"io.kubernetes.cri.container-type": "container",
-       "io.kubernetes.cri.sandbox-namespace": "team-a",
-       "io.kubernetes.cri.sandbox-name": "src",
-       "io.kubernetes.cri.sandbox-uid": "uid-1",
-       "io.kubernetes.cri.container-name": "main"}  # fmt: skip
+CRI = {
+    "io.kubernetes.cri.container-type": "container",
+    "io.kubernetes.cri.sandbox-namespace": "team-a",
+    "io.kubernetes.cri.sandbox-name": "src",
+    "io.kubernetes.cri.sandbox-uid": "uid-1",
+    "io.kubernetes.cri.container-name": "main",
+}
 
 
 @pytest.mark.parametrize(
@@ -206,13 +239,15 @@ CRI = {"io.kubernetes.cri.container-type": "container",
         ("io.kubernetes.cri.container-name", "sidecar", "container-name 'sidecar'"),
         ("io.kubernetes.cri.container-type", "sandbox", "container-type 'sandbox'"),
     ],
-)  # fmt: skip
+)
 def test_container_problem_checks_every_cri_label(key, value, why):
     """Isolation round 3, a test that checked less: the node flow only trips on a wrong
     sandbox name, so the uid, namespace and container-name checks could go unnoticed.
     Each label of the runtime's container must be the named pod's own."""
     labels = dict(CRI) if key is None else {**CRI, key: value}
-    the_pod = {"metadata": {"namespace": "team-a", "name": "src", "uid": "uid-1"},
-               "status": {"containerStatuses": [{"name": "main"}]}}  # fmt: skip
+    the_pod = {
+        "metadata": {"namespace": "team-a", "name": "src", "uid": "uid-1"},
+        "status": {"containerStatuses": [{"name": "main"}]},
+    }
     got = d.container_problem(labels, the_pod, "main")
     assert got is None if why is None else why in (got or ""), got

@@ -47,8 +47,9 @@ def test_containerd_2_config():
     assert "snapshot" in cfg["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]
 
 
-@pytest.mark.parametrize("text, message", [("[plugins\n", "does not parse"),
-                                           ("root = '/x'\n", "version 1")])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, message", [("[plugins\n", "does not parse"), ("root = '/x'\n", "version 1")]
+)
 def test_bad_configs_are_refused(text, message):
     with pytest.raises(SnapshotError, match=message):
         inst.with_runtime(text)
@@ -78,8 +79,12 @@ def test_install_into_a_host_root(tmp_path):
     res = inst.install(host, packages=packages, sign_key=private, check_host=False)
     assert res.config_changed and res.shim == host / "usr/local/bin/containerd-shim-snapshot-v2"
     assert (host / "etc/containerd/config.toml.pre-snapshot").read_text() == V2
-    assert "snapshot" in tomllib.loads(config.read_text())["plugins"][
-        "io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]  # fmt: skip
+    assert (
+        "snapshot"
+        in tomllib.loads(config.read_text())["plugins"]["io.containerd.grpc.v1.cri"]["containerd"][
+            "runtimes"
+        ]
+    )
     text = res.shim.read_text()
     assert 'SNAPSHOT_VERIFY_KEY="/opt/snapshot/keys/verify.pem"' in text
     assert 'SNAPSHOT_SIGNING_REQUIRED="true"' in text
@@ -97,8 +102,13 @@ def test_install_into_a_host_root(tmp_path):
     assert 'exec "/opt/snapshot/current/bin/shim" "$@"' in text
     cmd = bundle.python_command(vdir, python, bundle.loader_name(vdir))
     env = {**bundle.python_env(vdir), "PATH": "/usr/bin"}
-    out = subprocess.run([*cmd, "-c", bundle.shim_boot(vdir), "-v"], capture_output=True,
-                         text=True, env=env, cwd=tmp_path)  # fmt: skip
+    out = subprocess.run(
+        [*cmd, "-c", bundle.shim_boot(vdir), "-v"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert "snapshot-shim" in out.stdout
     # A PYTHONPATH in containerd's environment (a GPU run's, with another Python's packages)
@@ -107,8 +117,13 @@ def test_install_into_a_host_root(tmp_path):
     (hostile / "shim").mkdir(parents=True)
     (hostile / "shim" / "__init__.py").write_text("raise SystemExit('the host PYTHONPATH')\n")
     env["PYTHONPATH"] = str(hostile)
-    out = subprocess.run([*cmd, "-c", bundle.shim_boot(vdir), "-v"], capture_output=True,
-                         text=True, env=env, cwd=tmp_path)  # fmt: skip
+    out = subprocess.run(
+        [*cmd, "-c", bundle.shim_boot(vdir), "-v"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0 and "snapshot-shim" in out.stdout, out.stderr
     launcher = (vdir / "bin/shim").read_text()
     assert "LD_LIBRARY_PATH" not in launcher and "LD_LIBRARY_PATH" not in text
@@ -121,8 +136,12 @@ def test_install_into_a_host_root(tmp_path):
 
     auth = tmp_path / "config.json"
     auth.write_text('{"auths": {"registry.internal": {"auth": "dTpw"}}}')
-    settings = NodeConfig(oci_plain_http=("registry.internal",), oci_auth_file=auth,
-                          oci_cache_max_bytes=10**9, fill_threads=6)  # fmt: skip
+    settings = NodeConfig(
+        oci_plain_http=("registry.internal",),
+        oci_auth_file=auth,
+        oci_cache_max_bytes=10**9,
+        fill_threads=6,
+    )
     res = inst.install(host, packages=packages, sign_key=private, node=settings, check_host=False)
     node = NodeConfig.from_env(dict(re.findall(r'export (\w+)="([^"]*)"', res.shim.read_text())))
     assert node.oci_plain_http == ("registry.internal",) and node.oci_cache_max_bytes == 10**9
@@ -157,7 +176,8 @@ def test_uninstall_leaves_the_node_as_it_was(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "containerd config updated" in p.stdout and "restart containerd" in p.stdout
     assert tomllib.loads(config.read_text()) == tomllib.loads(
-        edited.replace(inst.runtime_table(2), ""))  # fmt: skip
+        edited.replace(inst.runtime_table(2), "")
+    )
     assert "snapshot" not in config.read_text().split("admin.later")[0].split("runtimes")[-1]
     assert not (host / "opt/snapshot").exists()
     assert not (host / "usr/local/bin/containerd-shim-snapshot-v2").exists()
@@ -165,8 +185,9 @@ def test_uninstall_leaves_the_node_as_it_was(tmp_path):
     again = subprocess.run(cli, capture_output=True, text=True)
     assert again.returncode == 0 and "removed: nothing" in again.stdout
     assert "config unchanged" in again.stdout
-    p = subprocess.run([*cli, "--purge-store=/var/lib/snapshot/artifacts"], capture_output=True,
-                       text=True)  # fmt: skip
+    p = subprocess.run(
+        [*cli, "--purge-store=/var/lib/snapshot/artifacts"], capture_output=True, text=True
+    )
     assert p.returncode == 0 and not store.exists()
 
 
@@ -181,8 +202,11 @@ def test_uninstall_refuses_what_is_not_ours(tmp_path):
             'runtime_type = "io.containerd.snapshot.v2"', 'runtime_type = "io.containerd.runc.v2"'
         )
     )
-    p = subprocess.run([sys.executable, "-m", "agent.cli", "uninstall-node",
-                        f"--host-root={host}"], capture_output=True, text=True)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "uninstall-node", f"--host-root={host}"],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 1 and "was edited since install-node added it" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert (host / "opt/snapshot").exists(), "nothing removed before the config's problem"
@@ -207,11 +231,14 @@ def test_a_failed_containerd_restart_is_retried_by_the_next_run(tmp_path, monkey
     assert restarts.read_text() == "once\n", "nothing changed: no restart"
 
 
-@pytest.mark.parametrize(("text", "mode", "advised"), [
-    ("always [madvise] never\n", "madvise", True),
-    ("[always] madvise never\n", "always", False),
-    ("", None, False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "mode", "advised"),
+    [
+        ("always [madvise] never\n", "madvise", True),
+        ("[always] madvise never\n", "always", False),
+        ("", None, False),
+    ],
+)
 def test_huge_pages_advice(tmp_path, caplog, text, mode, advised):
     knob = tmp_path / "enabled"
     knob.write_text(text)
@@ -247,4 +274,5 @@ def test_an_upgrade_switches_current_and_keeps_what_runs(tmp_path):
     (prefix / "admin-notes").mkdir()  # not install-node's: kept
     inst.install(host, packages=packages, node=node, check_host=False)
     assert sorted(p.name for p in prefix.iterdir()) == sorted(
-        ["admin-notes", "current", "keys", second.name])  # fmt: skip
+        ["admin-notes", "current", "keys", second.name]
+    )

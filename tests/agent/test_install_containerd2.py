@@ -44,16 +44,26 @@ def test_install_node_registers_the_runtime_in_containerd2(tmp_path):
 
     def install_node(config: Path) -> None:
         """The init container's work, with everything it writes under this test's dirs."""
-        res = inst.install(Path("/"), prefix=prefix, config=config, packages=packages,
-                           sign_key=node.sign_key, bin_dir=wrapper_dir,
-                           node=node.node_config())  # fmt: skip
+        res = inst.install(
+            Path("/"),
+            prefix=prefix,
+            config=config,
+            packages=packages,
+            sign_key=node.sign_key,
+            bin_dir=wrapper_dir,
+            node=node.node_config(),
+        )
         assert res.config_changed and res.shim == wrapper_dir / inst.SHIM_NAME
         installed["bundle"] = res.bundle
 
-    node = Containerd(Path(f"/tmp/snapshot-inst-{uuid.uuid4().hex[:6]}"), major=2,
-                      bridge="snapbr6", subnet="10.233.6.0/24",
-                      bin_dirs=[str(wrapper_dir), str(decoy), VENV_BIN],
-                      installer=install_node)  # fmt: skip
+    node = Containerd(
+        Path(f"/tmp/snapshot-inst-{uuid.uuid4().hex[:6]}"),
+        major=2,
+        bridge="snapbr6",
+        subnet="10.233.6.0/24",
+        bin_dirs=[str(wrapper_dir), str(decoy), VENV_BIN],
+        installer=install_node,
+    )
     pods: list[str] = []
     try:
         node.start()

@@ -50,16 +50,21 @@ def host(tmp_path, suite: str, include: tuple[str, ...] = ()):
 def test_debian_11_runs_the_shim_from_the_bundle_alone(tmp_path):
     root, config = host(tmp_path, "bullseye")
     assert not (root / "usr/sbin/criu").exists() and not list(root.glob("usr/lib/*/libffi.so.8"))
-    res = inst.install(root, packages=shim_packages(tmp_path / "site"),
-                       node=NodeConfig(signing_required=False))  # fmt: skip
+    res = inst.install(
+        root, packages=shim_packages(tmp_path / "site"), node=NodeConfig(signing_required=False)
+    )
     assert res.config_changed and "runtime handler 'snapshot'" in config.read_text()
 
     def chroot(*cmd: str) -> subprocess.CompletedProcess:
         # a mount namespace of its own, so that /proc can be mounted in the root and go
         # with the command
-        return subprocess.run(["unshare", "--mount", "--propagation", "private", CHROOT,
-                               str(root), *cmd], capture_output=True, text=True, timeout=120,
-                              env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+        return subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", CHROOT, str(root), *cmd],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin"},
+        )
 
     shim = chroot("/opt/snapshot/current/bin/shim", "-v")
     assert shim.returncode == 0 and "snapshot-shim" in shim.stdout, shim.stderr
@@ -68,18 +73,35 @@ def test_debian_11_runs_the_shim_from_the_bundle_alone(tmp_path):
 
     # every file the shim's code maps, the loader's and the C library's included
     vdir = res.bundle
-    probe = ("import ctypes, json\n"
-             "assert ctypes.CDLL(None).mount(b'proc', b'/proc', b'proc', 0, None) == 0\n"
-             f"import {', '.join(SHIM_IMPORTS)}\n"
-             "maps = {f.strip() for ln in open('/proc/self/maps') for f in ln.split(None, 5)[5:]}\n"
-             "print(json.dumps(sorted(m for m in maps if m.startswith('/'))))")  # fmt: skip
+    probe = (
+        "import ctypes, json\n"
+        "assert ctypes.CDLL(None).mount(b'proc', b'/proc', b'proc', 0, None) == 0\n"
+        f"import {', '.join(SHIM_IMPORTS)}\n"
+        "maps = {f.strip() for ln in open('/proc/self/maps') for f in ln.split(None, 5)[5:]}\n"
+        "print(json.dumps(sorted(m for m in maps if m.startswith('/'))))"
+    )
     loader = bundle.loader_name(root / vdir.relative_to("/"))
     cmd = bundle.python_command(vdir, PYTHON, loader)
     boot = f"import site; site.addsitedir({str(vdir / 'site-packages')!r})\n"
     env = [f"{k}={v}" for k, v in bundle.python_env(vdir).items()]  # as the launcher sets it
-    p = subprocess.run(["unshare", "--mount", "--propagation", "private", "env", *env, CHROOT,
-                        str(root), *cmd, "-c", boot + probe], capture_output=True, text=True,
-                       timeout=120)  # fmt: skip
+    p = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "env",
+            *env,
+            CHROOT,
+            str(root),
+            *cmd,
+            "-c",
+            boot + probe,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     mapped = json.loads(p.stdout)
     assert any(m.endswith("/libc.so.6") for m in mapped), mapped

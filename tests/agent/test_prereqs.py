@@ -33,8 +33,9 @@ def test_containerd_versions_as_the_binaries_print_them():
     one = subprocess.run(["containerd", "--version"], capture_output=True, text=True).stdout
     assert prereqs.containerd_version(one)[:1] == (1,) and prereqs.containerd_version(one) >= (1, 7)
     if CONTAINERD2_PROBLEM is None:
-        two = subprocess.run([str(CONTAINERD2 / "usr/bin/containerd"), "--version"],
-                             capture_output=True, text=True).stdout  # fmt: skip
+        two = subprocess.run(
+            [str(CONTAINERD2 / "usr/bin/containerd"), "--version"], capture_output=True, text=True
+        ).stdout
         assert prereqs.containerd_version(two)[0] == 2
     old = "containerd containerd.io 1.6.33 d2d58213f83a351ca8f528a95fbd145f5654e957"
     assert prereqs.containerd_version(old) == (1, 6)
@@ -50,8 +51,13 @@ def test_this_machine_passes_and_what_fails_is_named(tmp_path, monkeypatch):
     site.mkdir()
     config = tmp_path / "config.toml"
     config.write_text("version = 2\n")
-    kw = dict(prefix=tmp_path / "opt/snapshot", config=config, packages=site,
-              bin_dir=tmp_path / "bin", node=NodeConfig(signing_required=False))  # fmt: skip
+    kw = dict(
+        prefix=tmp_path / "opt/snapshot",
+        config=config,
+        packages=site,
+        bin_dir=tmp_path / "bin",
+        node=NodeConfig(signing_required=False),
+    )
     res = inst.install(Path("/"), **kw)
     assert res.config_changed
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"

@@ -64,8 +64,7 @@ def alert_reads(objs: list[dict]) -> list[tuple[str, str, set[str], str]]:
     out = []
     for a in rule["spec"]["groups"][0]["rules"]:
         for name, selector in SELECTOR.findall(a["expr"]):
-            labels = {kv.split("=")[0].strip(" !~") for kv in selector.strip("{}").split(",")
-                      if kv}  # fmt: skip
+            labels = {kv.split("=")[0].strip(" !~") for kv in selector.strip("{}").split(",") if kv}
             out.append((a["alert"], name, labels, selector))
     return out
 
@@ -87,8 +86,12 @@ def unknown(reads, have: dict[str, set[str]]) -> list[str]:
 def test_every_alert_reads_exported_metrics():
     objs = chart.render(set_values={"metrics.prometheusRule": "true"})
     reads = alert_reads(objs)
-    assert {r[0] for r in reads} >= {"SnapshotRestoresFallingBack", "SnapshotCheckpointsFailing",
-                                     "SnapshotAgentDown", "SnapshotSignerErrors"}  # fmt: skip
+    assert {r[0] for r in reads} >= {
+        "SnapshotRestoresFallingBack",
+        "SnapshotCheckpointsFailing",
+        "SnapshotAgentDown",
+        "SnapshotSignerErrors",
+    }
     assert unknown(reads, exported()) == []
     services = {o["metadata"]["name"] for o in objs if o["kind"] == "Service"}
     for alert, name, _, selector in reads:

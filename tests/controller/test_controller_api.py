@@ -28,20 +28,36 @@ async def controller(control_plane):
 
 def kubelet_runs(c, ns: str, pod: str, node: str = "node-a", ready: bool = True) -> None:
     """What the scheduler and the kubelet would write for a pod that started."""
-    r = c.post(f"/api/v1/namespaces/{ns}/pods/{pod}/binding", json={
-        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": node}})  # fmt: skip
+    r = c.post(
+        f"/api/v1/namespaces/{ns}/pods/{pod}/binding",
+        json={
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        },
+    )
     assert r.status_code == 201, r.text
     status = {
         "phase": "Running",
         "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        "containerStatuses": [{
-            "name": "main", "ready": ready, "restartCount": 0, "image": "img:1",
-            "imageID": "img@sha256:" + "e" * 64, "containerID": "containerd://abc",
-            "state": {"running": {"startedAt": "2026-12-02T10:00:00Z"}}}],
-    }  # fmt: skip
-    r = c.patch(f"/api/v1/namespaces/{ns}/pods/{pod}/status", json={"status": status},
-                headers={"Content-Type": "application/strategic-merge-patch+json"})  # fmt: skip
+        "containerStatuses": [
+            {
+                "name": "main",
+                "ready": ready,
+                "restartCount": 0,
+                "image": "img:1",
+                "imageID": "img@sha256:" + "e" * 64,
+                "containerID": "containerd://abc",
+                "state": {"running": {"startedAt": "2026-12-02T10:00:00Z"}},
+            }
+        ],
+    }
+    r = c.patch(
+        f"/api/v1/namespaces/{ns}/pods/{pod}/status",
+        json={"status": status},
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+    )
     assert r.status_code == 200, r.text
 
 
@@ -52,8 +68,12 @@ def create(c, ns: str, plural: str, body: dict) -> dict:
 
 
 def snapshot_body(name: str, pod: str = "src") -> dict:
-    return {"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot", "metadata": {"name": name},
-            "spec": {"source": {"podRef": {"name": pod}, "containers": ["main"]}}}  # fmt: skip
+    return {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "PodSnapshot",
+        "metadata": {"name": name},
+        "spec": {"source": {"podRef": {"name": pod}, "containers": ["main"]}},
+    }
 
 
 async def test_pod_snapshot_is_handed_to_the_source_node(control_plane, controller, ns):
@@ -70,11 +90,13 @@ async def test_pod_snapshot_is_handed_to_the_source_node(control_plane, controll
     assert ARTIFACT_FINALIZER in snap["metadata"]["finalizers"]
     assert conditions(snap)["Ready"] == ("False", "CheckpointPending")
     assert snap["status"]["source"]["nodeName"] == "node-a"
-    assert any(e["reason"] == "CheckpointPending" and e["involvedObject"]["name"] == "snap"
-               for e in events)  # fmt: skip
+    assert any(
+        e["reason"] == "CheckpointPending" and e["involvedObject"]["name"] == "snap" for e in events
+    )
     sample = controller.metrics.registry.get_sample_value
-    assert sample("snapshot_controller_reconciles_total",
-                  {"kind": "PodSnapshot", "result": "ok"}) >= 2  # fmt: skip
+    assert (
+        sample("snapshot_controller_reconciles_total", {"kind": "PodSnapshot", "result": "ok"}) >= 2
+    )
     assert sample("snapshot_controller_api_requests_total", {"verb": "get", "outcome": "ok"}) > 0
     assert sample("snapshot_controller_api_requests_total", {"verb": "patch", "outcome": "ok"}) > 0
 
@@ -94,9 +116,14 @@ async def test_missing_source_fails_and_deletion_is_not_blocked(control_plane, c
 
 
 async def test_snapshot_job_runs_the_whole_flow(control_plane, controller, ns):
-    job = {"apiVersion": "nvidia.com/v1alpha1", "kind": "SnapshotJob", "metadata": {"name": "warm"},
-           "spec": {"podTemplate": {"metadata": {"labels": {"app": "llm"}},
-                                    "spec": {"containers": MAIN}}}}  # fmt: skip
+    job = {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "SnapshotJob",
+        "metadata": {"name": "warm"},
+        "spec": {
+            "podTemplate": {"metadata": {"labels": {"app": "llm"}}, "spec": {"containers": MAIN}}
+        },
+    }
     with control_plane.client() as c:
         stored = create(c, ns, "snapshotjobs", job)
         # the CRD's defaults were applied by the API server
@@ -117,8 +144,11 @@ async def test_snapshot_job_runs_the_whole_flow(control_plane, controller, ns):
         assert c.get(f"{GROUP}/namespaces/{ns}/podsnapshots/warm").status_code == 404
 
         kubelet_runs_ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-        c.patch(f"/api/v1/namespaces/{ns}/pods/warm-source/status", json=kubelet_runs_ready,
-                headers={"Content-Type": "application/strategic-merge-patch+json"})  # fmt: skip
+        c.patch(
+            f"/api/v1/namespaces/{ns}/pods/warm-source/status",
+            json=kubelet_runs_ready,
+            headers={"Content-Type": "application/strategic-merge-patch+json"},
+        )
         await resync(controller)  # creates the PodSnapshot
         await resync(controller)  # hands it to node-a
         snap = c.get(f"{GROUP}/namespaces/{ns}/podsnapshots/warm").json()
@@ -126,13 +156,27 @@ async def test_snapshot_job_runs_the_whole_flow(control_plane, controller, ns):
         assert conditions(snap)["Ready"] == ("False", "CheckpointPending")
 
         # the node agent's part: the checkpoint succeeded
-        status = {"conditions": [{"type": "Ready", "status": "True", "reason": "Captured",
-                                  "lastTransitionTime": "2026-12-02T12:00:00Z"}],
-                  "artifact": {"uri": "file:///store/x", "manifestDigest": "sha256:" + "a" * 64,
-                               "sizeBytes": 10},
-                  "source": {"nodeName": "node-a"}}  # fmt: skip
-        r = c.patch(f"{GROUP}/namespaces/{ns}/podsnapshots/warm/status", json={"status": status},
-                    headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+        status = {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "Captured",
+                    "lastTransitionTime": "2026-12-02T12:00:00Z",
+                }
+            ],
+            "artifact": {
+                "uri": "file:///store/x",
+                "manifestDigest": "sha256:" + "a" * 64,
+                "sizeBytes": 10,
+            },
+            "source": {"nodeName": "node-a"},
+        }
+        r = c.patch(
+            f"{GROUP}/namespaces/{ns}/podsnapshots/warm/status",
+            json={"status": status},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
         assert r.status_code == 200, r.text
         await resync(controller)
         j = c.get(f"{GROUP}/namespaces/{ns}/snapshotjobs/warm").json()
@@ -144,9 +188,15 @@ async def test_snapshot_job_runs_the_whole_flow(control_plane, controller, ns):
 
 
 async def test_snapshot_job_deadline(control_plane, controller, ns):
-    job = {"apiVersion": "nvidia.com/v1alpha1", "kind": "SnapshotJob", "metadata": {"name": "slow"},
-           "spec": {"activeDeadlineSeconds": 1, "podTemplate": {
-               "spec": {"containers": [{"name": "main", "image": "img:1"}]}}}}  # fmt: skip
+    job = {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "SnapshotJob",
+        "metadata": {"name": "slow"},
+        "spec": {
+            "activeDeadlineSeconds": 1,
+            "podTemplate": {"spec": {"containers": [{"name": "main", "image": "img:1"}]}},
+        },
+    }
     with control_plane.client() as c:
         create(c, ns, "snapshotjobs", job)
         await resync(controller)
@@ -166,8 +216,12 @@ async def test_a_pod_template_typo_fails_the_job_with_the_servers_words(
     without its GPU limit. The controller creates the pod with strict field validation; the
     job fails at once with the API server's words, and no pod is left."""
     typo = [{"name": "main", "image": "img:1", "resource": {"limits": {"nvidia.com/gpu": 1}}}]
-    job = {"apiVersion": "nvidia.com/v1alpha1", "kind": "SnapshotJob", "metadata": {"name": "typo"},
-           "spec": {"podTemplate": {"spec": {"containers": typo}}}}  # fmt: skip
+    job = {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "SnapshotJob",
+        "metadata": {"name": "typo"},
+        "spec": {"podTemplate": {"spec": {"containers": typo}}},
+    }
     with control_plane.client() as c:
         create(c, ns, "snapshotjobs", job)
         await resync(controller)
@@ -182,37 +236,48 @@ async def test_a_pod_template_typo_fails_the_job_with_the_servers_words(
 @pytest.mark.parametrize(
     "body, fragment",
     [
-        ({"spec": {"source": {"podRef": {"name": "a"}, "containers": ["x", "y"]}}},
-         "at most 1 item"),
-        ({"spec": {"source": {"podRef": {"name": "a"}, "containers": []}}},
-         "at least 1 item"),
+        (
+            {"spec": {"source": {"podRef": {"name": "a"}, "containers": ["x", "y"]}}},
+            "at most 1 item",
+        ),
+        ({"spec": {"source": {"podRef": {"name": "a"}, "containers": []}}}, "at least 1 item"),
         ({"spec": {"source": {"containers": ["x"]}}}, "podRef: Required value"),
         ({}, "spec: Required value"),
     ],
-)  # fmt: skip
+)
 def test_invalid_pod_snapshots_are_rejected(control_plane, ns, body, fragment):
     with control_plane.client() as c:
-        r = c.post(f"{GROUP}/namespaces/{ns}/podsnapshots", json={
-            "apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
-            "metadata": {"name": "bad"}, **body})  # fmt: skip
+        r = c.post(
+            f"{GROUP}/namespaces/{ns}/podsnapshots",
+            json={
+                "apiVersion": "nvidia.com/v1alpha1",
+                "kind": "PodSnapshot",
+                "metadata": {"name": "bad"},
+                **body,
+            },
+        )
     assert r.status_code == 422 and fragment in r.json()["message"], r.text
 
 
 def test_pod_snapshot_spec_is_immutable(control_plane, ns):
     with control_plane.client() as c:
         create(c, ns, "podsnapshots", snapshot_body("fixed"))
-        r = c.patch(f"{GROUP}/namespaces/{ns}/podsnapshots/fixed",
-                    json={"spec": {"keepSourceRunning": True}},
-                    headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+        r = c.patch(
+            f"{GROUP}/namespaces/{ns}/podsnapshots/fixed",
+            json={"spec": {"keepSourceRunning": True}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
     assert r.status_code == 422 and "spec is immutable" in r.json()["message"]
 
 
 def test_invalid_status_is_rejected(control_plane, ns):
     with control_plane.client() as c:
         create(c, ns, "podsnapshots", snapshot_body("st"))
-        r = c.patch(f"{GROUP}/namespaces/{ns}/podsnapshots/st/status",
-                    json={"status": {"artifact": {"uri": "x", "manifestDigest": "md5:1"}}},
-                    headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+        r = c.patch(
+            f"{GROUP}/namespaces/{ns}/podsnapshots/st/status",
+            json={"status": {"artifact": {"uri": "x", "manifestDigest": "md5:1"}}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
     assert r.status_code == 422 and "manifestDigest" in r.json()["message"]
 
 
@@ -226,13 +291,18 @@ def test_snapshot_job_target_must_name_a_template_container(control_plane, ns):
         if target is not None:
             spec["podSnapshotTemplate"] = {"targetContainers": target}
         with control_plane.client() as c:
-            return c.post(f"{GROUP}/namespaces/{ns}/snapshotjobs", json={
-                "apiVersion": "nvidia.com/v1alpha1", "kind": "SnapshotJob",
-                "metadata": {"name": name}, "spec": spec})  # fmt: skip
+            return c.post(
+                f"{GROUP}/namespaces/{ns}/snapshotjobs",
+                json={
+                    "apiVersion": "nvidia.com/v1alpha1",
+                    "kind": "SnapshotJob",
+                    "metadata": {"name": name},
+                    "spec": spec,
+                },
+            )
 
     assert job("single", ["app"]).status_code == 201
-    for name, containers, target in (("two", ["app", "side"], None),
-                                     ("wrong", ["app"], ["main"])):  # fmt: skip
+    for name, containers, target in (("two", ["app", "side"], None), ("wrong", ["app"], ["main"])):
         r = job(name, containers, target)
         assert r.status_code == 422, r.text
         assert "targetContainers must name a container" in r.json()["message"]
@@ -241,8 +311,10 @@ def test_snapshot_job_target_must_name_a_template_container(control_plane, ns):
 def test_printer_columns(control_plane, ns):
     with control_plane.client() as c:
         create(c, ns, "podsnapshots", snapshot_body("cols"))
-        r = c.get(f"{GROUP}/namespaces/{ns}/podsnapshots",
-                  headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})  # fmt: skip
+        r = c.get(
+            f"{GROUP}/namespaces/{ns}/podsnapshots",
+            headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        )
     cols = [col["name"] for col in r.json()["columnDefinitions"]]
     # Reason and (-o wide) Message: why a PodSnapshot is not Ready, without -o yaml (issue 41)
     assert cols == ["Name", "Ready", "Reason", "Node", "Size", "Quiesce", "Age", "Message"]

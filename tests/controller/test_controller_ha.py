@@ -42,20 +42,40 @@ def test_the_standby_takes_over_from_a_killed_leader(control_plane, tmp_path):
             for who in ("a", "b"):
                 log = (tmp_path / f"{who}.log").open("wb")
                 procs[who] = subprocess.Popen(
-                    [sys.executable, "-m", "controller.cli", "--kubeconfig",
-                     str(control_plane.kubeconfig), "--leader-elect", "--lease-namespace", ns,
-                     "--lease-duration", str(LEASE_S), "--metrics-port", "0",
-                     "--resync", "5"],
-                    stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "POD_NAME": who},
-                )  # fmt: skip
+                    [
+                        sys.executable,
+                        "-m",
+                        "controller.cli",
+                        "--kubeconfig",
+                        str(control_plane.kubeconfig),
+                        "--leader-elect",
+                        "--lease-namespace",
+                        ns,
+                        "--lease-duration",
+                        str(LEASE_S),
+                        "--metrics-port",
+                        "0",
+                        "--resync",
+                        "5",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, "POD_NAME": who},
+                )
             leader = wait_for(lambda: holder(c, ns, lease), 20)
             standby = "b" if leader == "a" else "a"
             procs[leader].send_signal(signal.SIGKILL)
             procs[leader].wait()
             spec = {"source": {"podRef": {"name": "nope"}, "containers": ["main"]}}
-            c.post(f"{GROUP}/namespaces/{ns}/podsnapshots", json={
-                "apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
-                "metadata": {"name": "orphan"}, "spec": spec})  # fmt: skip
+            c.post(
+                f"{GROUP}/namespaces/{ns}/podsnapshots",
+                json={
+                    "apiVersion": "nvidia.com/v1alpha1",
+                    "kind": "PodSnapshot",
+                    "metadata": {"name": "orphan"},
+                    "spec": spec,
+                },
+            )
             # the standby leads once the dead leader's lease ran out (liveness, with a
             # loaded machine's slack), and only then handles the new object
             wait_for(lambda: holder(c, ns, lease) == standby, LEASE_S * 6)

@@ -41,16 +41,21 @@ def mismatches(model: type[BaseModel], schema: dict, path: str) -> list[str]:
         inner = model_of(f.annotation)
         if inner is not None:
             out += mismatches(inner, sub, f"{path}.{name}")
-    out += [f"{path}.{n}: in the CRD, not in the model" for n in props
-            if n not in fields and n not in ("apiVersion", "kind", "metadata")]  # fmt: skip
+    out += [
+        f"{path}.{n}: in the CRD, not in the model"
+        for n in props
+        if n not in fields and n not in ("apiVersion", "kind", "metadata")
+    ]
     return out
 
 
 @pytest.mark.parametrize(
     "file, model",
-    [("podsnapshots.nvidia.com.yaml", crd.PodSnapshot),
-     ("snapshotjobs.nvidia.com.yaml", crd.SnapshotJob)],
-)  # fmt: skip
+    [
+        ("podsnapshots.nvidia.com.yaml", crd.PodSnapshot),
+        ("snapshotjobs.nvidia.com.yaml", crd.SnapshotJob),
+    ],
+)
 def test_crd_schema_matches_the_model(file, model):
     doc = yaml.safe_load((CRDS / file).read_text())
     (version,) = doc["spec"]["versions"]

@@ -9,8 +9,10 @@ from controller.jobs import reconcile
 from tests.controller.objects import job, pod, snapshot
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-STARTED = {"startedAt": "2026-12-02T11:59:00Z",
-           "conditions": [{"type": "Running", "status": "True", "reason": "Started"}]}  # fmt: skip
+STARTED = {
+    "startedAt": "2026-12-02T11:59:00Z",
+    "conditions": [{"type": "Running", "status": "True", "reason": "Started"}],
+}
 
 
 def cond(status, type_):
@@ -25,7 +27,11 @@ def test_new_job_starts_and_creates_the_source_pod():
     assert p["metadata"]["labels"] == {"app": "llm", JOB_LABEL: "warm"}
     owner = p["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
-        "SnapshotJob", "warm", "job-uid", True)  # fmt: skip
+        "SnapshotJob",
+        "warm",
+        "job-uid",
+        True,
+    )
     main = p["spec"]["containers"][0]
     assert {"name": "SNAPSHOT_CONTROL_DIR", "value": "/snapshot-control"} in main["env"]
     assert {"name": "snapshot-control", "emptyDir": {}} in p["spec"]["volumes"]

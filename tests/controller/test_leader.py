@@ -63,9 +63,16 @@ async def electors(control_plane):
     async with await kube.api_client(str(control_plane.kubeconfig)) as api:
 
         def make(who: str) -> LeaderElector:
-            return LeaderElector(api, "default", name, who, lease_duration=DURATION,
-                                 renew_deadline=DURATION * 0.75, retry_period=RETRY,
-                                 on_change=race.reporter(who))  # fmt: skip
+            return LeaderElector(
+                api,
+                "default",
+                name,
+                who,
+                lease_duration=DURATION,
+                renew_deadline=DURATION * 0.75,
+                retry_period=RETRY,
+                on_change=race.reporter(who),
+            )
 
         yield make, race
 
@@ -135,9 +142,16 @@ async def test_a_stalled_api_server_stops_the_work_within_the_renew_deadline(
     kubeconfig.write_text(yaml.safe_dump(cfg))
     race = Race()
     async with await kube.api_client(str(kubeconfig)) as api:
-        elector = LeaderElector(api, "default", f"lease-{uuid.uuid4().hex[:6]}", "a",
-                                lease_duration=DURATION, renew_deadline=DURATION * 0.75,
-                                retry_period=RETRY, on_change=race.reporter("a"))  # fmt: skip
+        elector = LeaderElector(
+            api,
+            "default",
+            f"lease-{uuid.uuid4().hex[:6]}",
+            "a",
+            lease_duration=DURATION,
+            renew_deadline=DURATION * 0.75,
+            retry_period=RETRY,
+            on_change=race.reporter("a"),
+        )
         run = asyncio.ensure_future(elector.run(_work, release=False))
         await _until(lambda: "a" in race.leading, 10)
         proxy.frozen.set()

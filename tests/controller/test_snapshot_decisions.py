@@ -115,15 +115,20 @@ def test_deleting_without_our_finalizer_does_nothing():
     "snap",
     [
         snapshot(conditions=[("Ready", "True", "Captured")], node="node-a"),
-        snapshot(conditions=[("Ready", "False", "CheckpointFailed"),
-                             ("Failed", "True", "CheckpointFailed")], node="node-a"),
+        snapshot(
+            conditions=[
+                ("Ready", "False", "CheckpointFailed"),
+                ("Failed", "True", "CheckpointFailed"),
+            ],
+            node="node-a",
+        ),
         snapshot(conditions=[("Ready", "False", "CheckpointPending")], node="node-a"),
         snapshot(node="node-a", deleting=True),
         snapshot(deleting=True),
         snapshot(conditions=[("Failed", "True", "InvalidSource")], finalizers=()),
     ],
     ids=["captured", "failed", "handed-over", "deleting-on-node", "deleting", "invalid"],
-)  # fmt: skip
+)
 def test_past_the_handover_the_source_pod_is_not_read(snap):
     """An idle pass costs one list, not one GET per snapshot: from the handover on, the
     decision is the same whatever the source pod, so the controller does not read it."""
@@ -137,5 +142,6 @@ def test_past_the_handover_the_source_pod_is_not_read(snap):
 def test_before_the_handover_the_source_pod_is_read():
     from controller.snapshots import needs_source
 
-    assert needs_source(snapshot()) and needs_source(snapshot(conditions=[
-        ("Ready", "False", "WaitingForSource")]))  # fmt: skip
+    assert needs_source(snapshot()) and needs_source(
+        snapshot(conditions=[("Ready", "False", "WaitingForSource")])
+    )

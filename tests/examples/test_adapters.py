@@ -103,9 +103,10 @@ def run_handshake(engine, tmp_path, register_url=None, port=8000):
     control.mkdir()
     stop = threading.Event()
     t = threading.Thread(
-        target=serve, args=(engine, Handshake(control, poll_s=0.01), register_url, port, stop),
+        target=serve,
+        args=(engine, Handshake(control, poll_s=0.01), register_url, port, stop),
         daemon=True,
-    )  # fmt: skip
+    )
     t.start()
     ready = control_files.request_checkpoint(control, timeout_s=10)
     return control, stop, t, ready

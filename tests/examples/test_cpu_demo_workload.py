@@ -19,8 +19,12 @@ pytest.importorskip("sklearn", reason="the demo extra (scikit-learn) is not inst
 
 def test_a_client_that_leaves_early_does_not_stop_the_server():
     port = free_port()
-    p = subprocess.Popen([sys.executable, "-m", "examples.cpu_demo.workload", "127.0.0.1",
-                          str(port)], cwd=ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    p = subprocess.Popen(
+        [sys.executable, "-m", "examples.cpu_demo.workload", "127.0.0.1", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         first = ask("127.0.0.1", port, timeout=120)
         for _ in range(20):  # connect and close at once, as the kubelet's probe does

@@ -79,10 +79,13 @@ def test_engine_examples_run_as_given(folder):
         assert env["HF_HOME"]["value"] == "/models"
         volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
         mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
-        assert volumes[mounts["/models"]]["persistentVolumeClaim"]["claimName"] == claim[
-            "metadata"]["name"]  # fmt: skip
+        assert (
+            volumes[mounts["/models"]]["persistentVolumeClaim"]["claimName"]
+            == claim["metadata"]["name"]
+        )
         assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
     assert svc["kind"] == "Service"
     assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     assert svc["spec"]["ports"][0]["targetPort"] in {
-        p["name"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]}  # fmt: skip
+        p["name"] for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]
+    }

@@ -21,9 +21,7 @@ async def test_a_hung_api_server_ends_at_the_deadline(control_plane, tmp_path, w
             t0 = time.monotonic()
             with pytest.raises(TimeoutError):
                 if what == "secret":
-                    await owned.ensure_secret(api, "ns", "key", lambda: {"k": b"v"},
-                                              deadline_s=1.0)  # fmt: skip
+                    await owned.ensure_secret(api, "ns", "key", lambda: {"k": b"v"}, deadline_s=1.0)
                 else:
-                    await owned.publish_configmap(api, "ns", "ca", {"ca.crt": "x"},
-                                                  deadline_s=1.0)  # fmt: skip
+                    await owned.publish_configmap(api, "ns", "ca", {"ca.crt": "x"}, deadline_s=1.0)
             assert time.monotonic() - t0 < 5

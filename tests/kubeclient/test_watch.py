@@ -16,9 +16,12 @@ pytestmark = pytest.mark.slow
 
 
 def snapshot(ns: str, name: str) -> dict:
-    return {"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"source": {"podRef": {"name": "src"}, "containers": ["main"]}}}  # fmt: skip
+    return {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "PodSnapshot",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"source": {"podRef": {"name": "src"}, "containers": ["main"]}},
+    }
 
 
 async def _until(what: str, cond, timeout: float = 10.0) -> float:
@@ -39,8 +42,9 @@ async def test_follow_lists_then_delivers_each_change_once(control_plane, ns, mo
     got: list[dict | None] = []
 
     def mine() -> list[str]:
-        return [o["metadata"]["name"] for o in got
-                if o is not None and o["metadata"]["namespace"] == ns]  # fmt: skip
+        return [
+            o["metadata"]["name"] for o in got if o is not None and o["metadata"]["namespace"] == ns
+        ]
 
     async with await kube.api_client(str(control_plane.kubeconfig)) as api:
         task = asyncio.create_task(watch.follow(kube.pod_snapshots(api).source(), got.append))

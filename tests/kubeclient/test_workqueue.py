@@ -87,8 +87,11 @@ async def test_per_object_reconciles_against_the_api_server(control_plane, ns):
                     assert c.post(url, json=snapshot(ns, name)).status_code == 201
             await _until("both reconciled", lambda: "one" in seen and "bad" in seen)
             assert seen["one"][0], "reconciled with the object the event carried"
-            await _until("the failing one retried until it succeeds",
-                         lambda: len(seen["bad"]) >= 3, timeout=10)  # fmt: skip
+            await _until(
+                "the failing one retried until it succeeds",
+                lambda: len(seen["bad"]) >= 3,
+                timeout=10,
+            )
             assert len(seen["one"]) == 1, "the others are not retried"
 
             before = len(seen["one"])

@@ -169,8 +169,14 @@ def test_an_artifact_made_before_blake3_still_verifies(tmp_path):
             data = (art / f["path"]).read_bytes()
             if f.pop("digest", None):
                 f["sha256"] = hashlib.sha256(data).hexdigest()
-            f["chunks"] = [hashlib.sha256(data[o : o + CHUNK]).hexdigest()
-                           for o in range(0, len(data), CHUNK)] if f["chunks"] else []  # fmt: skip
+            f["chunks"] = (
+                [
+                    hashlib.sha256(data[o : o + CHUNK]).hexdigest()
+                    for o in range(0, len(data), CHUNK)
+                ]
+                if f["chunks"]
+                else []
+            )
 
     rewrite_manifest(art, to_sha256)
     assert verify_or_raise(art).file_digest == "sha256"
@@ -223,10 +229,10 @@ def test_a_retired_key_in_the_nodes_key_ring_still_verifies_what_it_signed(tmp_p
     ring.write_bytes((tmp_path / "new.pub").read_bytes() + (tmp_path / "old.pub").read_bytes())
     keys = signing.load_public_key(ring)
     assert isinstance(keys, signing.KeyRing) and len(keys.keys) == 2
-    for name, problems in (("old", []), ("new", []),
-                           ("stranger", [("signature", "manifest.sig")])):  # fmt: skip
-        art = make_artifact(tmp_path, name=name + "-art",
-                            key=signing.load_private_key(tmp_path / name))  # fmt: skip
+    for name, problems in (("old", []), ("new", []), ("stranger", [("signature", "manifest.sig")])):
+        art = make_artifact(
+            tmp_path, name=name + "-art", key=signing.load_private_key(tmp_path / name)
+        )
         assert kinds(art, keys) == problems, name
     ring.write_bytes((tmp_path / "new.pub").read_bytes() + b"garbage")
     with pytest.raises(signing.KeyError_, match="cannot load verification key"):

@@ -13,7 +13,8 @@ import threading
 import pytest
 
 from restore_runtime.errors import VerificationError
-from restore_runtime.executor.restore import RestoreRequest, prepare
+from restore_runtime.executor.restore import RestoreRequest
+from tests.helpers import bound_node, up_to_the_tree
 
 
 def prepare_within(req: RestoreRequest, seconds: float = 10.0) -> BaseException | None:
@@ -21,7 +22,7 @@ def prepare_within(req: RestoreRequest, seconds: float = 10.0) -> BaseException 
 
     def run():
         try:
-            prepare(req).close()
+            up_to_the_tree(req)
         except BaseException as e:  # the assertion is on what it raised
             out["e"] = e
 
@@ -37,8 +38,14 @@ def test_a_fifo_outside_the_store_is_never_opened(tmp_path):
     store.mkdir()
     evil.mkdir()
     os.mkfifo(evil / "manifest.json")
-    e = prepare_within(RestoreRequest(artifact=evil, store_root=store, namespace="default",
-                                      admitted_digest="sha256:" + "0" * 64))  # fmt: skip
+    e = prepare_within(
+        RestoreRequest(
+            artifact=evil,
+            node=bound_node(store),
+            namespace="default",
+            admitted_digest="sha256:" + "0" * 64,
+        )
+    )
     assert isinstance(e, VerificationError) and "not in this node's artifact store" in str(e)
 
 
@@ -46,9 +53,14 @@ def test_dot_dot_is_judged_where_it_resolves(tmp_path):
     store = tmp_path / "store"
     (store / "default").mkdir(parents=True)
     (tmp_path / "tenant").mkdir()
-    e = prepare_within(RestoreRequest(artifact=store / "default" / ".." / ".." / "tenant",
-                                      store_root=store, namespace="default",
-                                      admitted_digest="sha256:" + "0" * 64))  # fmt: skip
+    e = prepare_within(
+        RestoreRequest(
+            artifact=store / "default" / ".." / ".." / "tenant",
+            node=bound_node(store),
+            namespace="default",
+            admitted_digest="sha256:" + "0" * 64,
+        )
+    )
     assert isinstance(e, VerificationError) and "not in this node's artifact store" in str(e)
 
 
@@ -57,8 +69,14 @@ def test_an_artifact_in_the_store_still_needs_the_admitted_digest(tmp_path, dige
     art = tmp_path / "store" / "default" / "snap"
     art.mkdir(parents=True)
     (art / "manifest.json").write_text("{}")
-    e = prepare_within(RestoreRequest(artifact=art, store_root=tmp_path / "store",
-                                      namespace="default", admitted_digest=digest))  # fmt: skip
+    e = prepare_within(
+        RestoreRequest(
+            artifact=art,
+            node=bound_node(tmp_path / "store"),
+            namespace="default",
+            admitted_digest=digest,
+        )
+    )
     assert isinstance(e, VerificationError)
     assert ("no admitted manifest digest" if digest is None else "is not the admitted") in str(e)
 
@@ -74,13 +92,23 @@ def test_an_artifact_others_than_root_can_write_is_refused(tmp_path, what, how):
     (art / "criu").mkdir(parents=True)
     (art / "criu" / "core-1.img").write_bytes(b"x")
     (art / "manifest.json").write_text("{}")
-    target = {"store": store / "default", "artifact": art, "criu": art / "criu",
-              "file": art / "criu" / "core-1.img"}[what]  # fmt: skip
+    target = {
+        "store": store / "default",
+        "artifact": art,
+        "criu": art / "criu",
+        "file": art / "criu" / "core-1.img",
+    }[what]
     if how == "group-writable":
         target.chmod(target.stat().st_mode | 0o020)
     else:
         os.chown(target, 1000, 1000)
-    e = prepare_within(RestoreRequest(artifact=art, store_root=store, namespace="default",
-                                      admitted_digest="sha256:" + "0" * 64))  # fmt: skip
+    e = prepare_within(
+        RestoreRequest(
+            artifact=art,
+            node=bound_node(store),
+            namespace="default",
+            admitted_digest="sha256:" + "0" * 64,
+        )
+    )
     assert isinstance(e, VerificationError), e
     assert f"{target} can be written by others than root" in str(e)

@@ -137,8 +137,16 @@ def test_leave_running_keeps_source_serving(tmp_path, ctl, cleanup_pids):
     cleanup_pids.append(pid)
     ask("127.0.0.1", port)
     art = tmp_path / "art"
-    snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art), "--leave-running",
-                "--control-dir", str(ctl))  # fmt: skip
+    snapshotctl(
+        "checkpoint",
+        "--pid",
+        str(pid),
+        "--output",
+        str(art),
+        "--leave-running",
+        "--control-dir",
+        str(ctl),
+    )
     assert ask("127.0.0.1", port)["count"] == "2", "the source continues after the dump"
     assert "resumed mode=resumed-in-place" in (tmp_path / f"counter-{port}.log").read_text()
     kill(pid)
@@ -156,8 +164,9 @@ def test_signed_artifact_needs_matching_key(tmp_path, ctl, cleanup_pids):
     cleanup_pids.append(pid)
     art = tmp_path / "art"
     snapshotctl("checkpoint", "--pid", str(pid), "--output", str(art), "--sign-key", str(priv))
-    bad = snapshotctl("restore", str(art), "--verify-key", str(other_pub), "--control-dir",
-                      str(ctl), check=False)  # fmt: skip
+    bad = snapshotctl(
+        "restore", str(art), "--verify-key", str(other_pub), "--control-dir", str(ctl), check=False
+    )
     assert bad.returncode == 1
     assert "signature" in bad.stderr
     report = json.loads((ctl / "restore-report.json").read_text())

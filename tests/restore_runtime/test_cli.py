@@ -38,15 +38,26 @@ def one_line_error(r: subprocess.CompletedProcess, code: int, text: str) -> None
         (["inspect", "{tmp}/missing"], 1, "not an artifact directory"),
         (["inspect", "oci://reg.example/snaps@sha256:" + "0" * 64], 1, "oci:// artifact"),
         (["verify", "{file}"], 1, "not an artifact directory"),
-        (["keygen", "--private", "{tmp}/no/such/k", "--public", "{tmp}/k.pub"], 1,
-         "No such file or directory"),
+        (
+            ["keygen", "--private", "{tmp}/no/such/k", "--public", "{tmp}/k.pub"],
+            1,
+            "No such file or directory",
+        ),
         (["recover", "{tmp}/missing"], 1, "not a directory"),
         (["restore", "{tmp}/art", "--fill-threads", "many"], 2, "invalid int value"),
         (["checkpoint", "--pid", "1"], 2, "--output"),
     ],
-    ids=["inspect-file", "inspect-missing", "inspect-oci", "verify-file", "keygen-no-dir",
-         "recover-missing", "wrong-type", "missing-option"],
-)  # fmt: skip
+    ids=[
+        "inspect-file",
+        "inspect-missing",
+        "inspect-oci",
+        "verify-file",
+        "keygen-no-dir",
+        "recover-missing",
+        "wrong-type",
+        "missing-option",
+    ],
+)
 def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path, args, code, text):
     (tmp_path / "a-file").write_text("x")
     args = [a.format(tmp=tmp_path, file=tmp_path / "a-file") for a in args]
@@ -58,8 +69,9 @@ def test_keygen_never_replaces_a_key_unless_forced(tmp_path):
     assert run("keygen", "--private", str(priv), "--public", str(pub)).returncode == 0
     assert priv.stat().st_mode & 0o777 == 0o600
     first = priv.read_bytes()
-    one_line_error(run("keygen", "--private", str(priv), "--public", str(pub)), 1,
-                   "refusing to replace a key")  # fmt: skip
+    one_line_error(
+        run("keygen", "--private", str(priv), "--public", str(pub)), 1, "refusing to replace a key"
+    )
     assert priv.read_bytes() == first
     r = run("keygen", "--private", str(priv), "--public", str(pub), "--force")
     assert r.returncode == 0, r.stderr
@@ -73,10 +85,11 @@ def test_version():
 
 def test_the_ledger_directory_has_its_own_name():
     """One name per setting (structure issue): snapshot-agent's ``--fill-ledger`` switches
-    the ledger on or off; snapshotctl's directory is ``--fill-ledger-dir`` (the old spelling
-    still parses)."""
+    the ledger on or off; snapshotctl's directory is ``--fill-ledger-dir``, and nothing
+    else (a directory given as ``--fill-ledger`` is refused, not taken for a switch)."""
     from restore_runtime.cli import _parser
 
-    for flag in ("--fill-ledger-dir", "--fill-ledger"):
-        args = _parser().parse_args(["restore", "art", flag, "/tmp/ledger"])
-        assert args.fill_ledger == Path("/tmp/ledger")
+    args = _parser().parse_args(["restore", "art", "--fill-ledger-dir", "/tmp/ledger"])
+    assert args.fill_ledger_dir == Path("/tmp/ledger")
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["restore", "art", "--fill-ledger", "/tmp/ledger"])

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from api.host import HostFingerprint
 from api.manifest import Compat, GpuInfo
-from restore_runtime.compat import HostInfo, check, gpu_pairs
+from restore_runtime.compat import check, gpu_pairs
 
 H200 = "NVIDIA H200"
 
@@ -21,18 +22,30 @@ def gpu(n: int, product: str = H200) -> GpuInfo:
 
 
 def compat(**kw) -> Compat:
-    base = dict(arch="x86_64", kernel="6.18.44-fc", criuVersion="4.2.1",
-                driverVersion="580.159.04", cudaDriverVersion=13000, gpus=[gpu(1)])  # fmt: skip
+    base = dict(
+        arch="x86_64",
+        kernel="6.18.44-fc",
+        criuVersion="4.2.1",
+        driverVersion="580.159.04",
+        cudaDriverVersion=13000,
+        gpus=[gpu(1)],
+    )
     return Compat(**{**base, **kw})
 
 
-def host(**kw) -> HostInfo:
-    base = dict(arch="x86_64", kernel="6.18.50-other", criu_version="4.2.1",
-                driver_version="580.159.04", cuda_driver_version=13000, gpus=[gpu(2)])  # fmt: skip
-    return HostInfo(**{**base, **kw})
+def host(**kw) -> HostFingerprint:
+    base = dict(
+        arch="x86_64",
+        kernel="6.18.50-other",
+        criu_version="4.2.1",
+        driver_version="580.159.04",
+        cuda_driver_version=13000,
+        gpus=[gpu(2)],
+    )
+    return HostFingerprint(**{**base, **kw})
 
 
-def fields(c: Compat, h: HostInfo) -> list[str]:
+def fields(c: Compat, h: HostFingerprint) -> list[str]:
     return [r.field for r in check(c, h)]
 
 
@@ -101,20 +114,29 @@ def test_gpu_pairing_only_onto_the_containers_gpus():
     minors = {f"GPU-{i}": i for i in range(4)}
 
     def spec(env=None, devices=()):
-        return {"process": {"env": [f"{k}={v}" for k, v in (env or {}).items()]},
-                "linux": {"devices": [{"path": d} for d in devices]}}  # fmt: skip
+        return {
+            "process": {"env": [f"{k}={v}" for k, v in (env or {}).items()]},
+            "linux": {"devices": [{"path": d} for d in devices]},
+        }
 
     assert allocated_gpus(spec({"NVIDIA_VISIBLE_DEVICES": "GPU-2"}), gpus, minors) == [gpus[2]]
     assert allocated_gpus(spec({"NVIDIA_VISIBLE_DEVICES": "1,3"}), gpus, minors) == [
-        gpus[1], gpus[3]]  # fmt: skip
+        gpus[1],
+        gpus[3],
+    ]
     assert allocated_gpus(spec({"NVIDIA_VISIBLE_DEVICES": "all"}), gpus, minors) == gpus
     assert allocated_gpus(spec({"NVIDIA_VISIBLE_DEVICES": "void"}), gpus, minors) == []
     assert allocated_gpus(spec(devices=["/dev/nvidia3", "/dev/nvidiactl"]), gpus, minors) == [
-        gpus[3]]  # fmt: skip
+        gpus[3]
+    ]
     assert allocated_gpus(spec(), gpus, minors) == [], "a container without GPUs gets none"
     assert allocated_gpus(None, gpus, minors) == gpus, "snapshotctl: no container"
     # the source's GPU is on the host, but not the container's: not taken, and the gate says so
     source = Compat(arch="x86_64", kernel="6.1.0", criuVersion="4.2", gpus=[gpus[0]])
-    host = HostInfo(arch="x86_64", kernel="6.1.0", criu_version="4.2",
-                    gpus=allocated_gpus(spec(devices=["/dev/nvidia3"]), gpus, minors))  # fmt: skip
+    host = HostFingerprint(
+        arch="x86_64",
+        kernel="6.1.0",
+        criu_version="4.2",
+        gpus=allocated_gpus(spec(devices=["/dev/nvidia3"]), gpus, minors),
+    )
     assert gpu_pairs(source, host) == [("GPU-0", "GPU-3")]

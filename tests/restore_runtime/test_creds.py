@@ -17,20 +17,36 @@ from restore_runtime.errors import SnapshotError
 
 #: containerd's default set for a container
 DEFAULT_CAPS = [
-    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
-    "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
-    "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
-]  # fmt: skip
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_MKNOD",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+]
 
 
 def spec(caps=DEFAULT_CAPS, uid=1000, gid=1000, nnp=True, seccomp=True, apparmor=None):
     sets = {v: list(caps) for v in ("bounding", "effective", "permitted")}
-    process = {"user": {"uid": uid, "gid": gid, "additionalGids": [5]},
-               "capabilities": sets, "noNewPrivileges": nnp}  # fmt: skip
+    process = {
+        "user": {"uid": uid, "gid": gid, "additionalGids": [5]},
+        "capabilities": sets,
+        "noNewPrivileges": nnp,
+    }
     if apparmor:
         process["apparmorProfile"] = apparmor
-    return {"process": process, "linux": {"seccomp": {"defaultAction": "SCMP_ACT_ERRNO"}}
-            if seccomp else {}}  # fmt: skip
+    return {
+        "process": process,
+        "linux": {"seccomp": {"defaultAction": "SCMP_ACT_ERRNO"}} if seccomp else {},
+    }
 
 
 def thread(caps=DEFAULT_CAPS, uid=1000, gid=1000, groups=(5,), nnp=True, seccomp=2, lsm=""):
@@ -39,8 +55,7 @@ def thread(caps=DEFAULT_CAPS, uid=1000, gid=1000, groups=(5,), nnp=True, seccomp
     bits = mask(caps)
     held = bits if uid == 0 else 0
     sets = {"cap_bnd": bits, "cap_prm": held, "cap_eff": held, "cap_inh": 0, "cap_amb": 0}
-    return Creds("core-1.img", (uid,) * 4, (gid,) * 4, tuple(groups), sets, nnp, seccomp,
-                 lsm)  # fmt: skip
+    return Creds("core-1.img", (uid,) * 4, (gid,) * 4, tuple(groups), sets, nnp, seccomp, lsm)
 
 
 def test_the_specs_own_credentials_pass():
@@ -92,8 +107,10 @@ def test_no_new_privs_seccomp_and_lsm():
     assert "no_new_privs is cleared" in check([thread(nnp=False)], spec())[0]
     assert "no seccomp filter" in check([thread(seccomp=0)], spec())[0]
     assert check([thread(nnp=False, seccomp=0)], spec(nnp=False, seccomp=False)) == []
-    assert "LSM profile 'unconfined'" in check([thread(lsm="unconfined")],
-                                               spec(apparmor="cri-default"))[0]  # fmt: skip
+    assert (
+        "LSM profile 'unconfined'"
+        in check([thread(lsm="unconfined")], spec(apparmor="cri-default"))[0]
+    )
     assert check([thread(lsm="apparmor:cri-default (enforce)")], spec(apparmor="cri-default")) == []
     # finding 11: an image without a profile restores unconfined into a spec that has one
     assert "LSM profile 'none'" in check([thread()], spec(apparmor="cri-default"))[0]
@@ -105,12 +122,31 @@ def test_load_reads_core_images_as_criu_writes_them(tmp_path):
     """The loader parses the protobuf entries itself (pycriu's dicts were 1.4 s of a large
     restore); an image written by pycriu reads back the same credentials."""
     images = pytest.importorskip("pycriu.images", reason="python3-pycriu is not installed")
-    entry = {"mtype": "X86_64", "thread_core": {
-        "futex_rla": 0, "futex_rla_len": 0, "seccomp_mode": "filter",
-        "creds": {"uid": 1000, "gid": 1000, "euid": 1000, "egid": 1000, "suid": 1000,
-                  "sgid": 1000, "fsuid": 1000, "fsgid": 1000, "cap_inh": [0, 0],
-                  "cap_prm": [1 << 5, 0], "cap_eff": [1 << 5, 0], "cap_bnd": [0xFFFFFFFF, 0x1FF],
-                  "secbits": 0, "groups": [1000, 27], "no_new_privs": 1}}}  # fmt: skip
+    entry = {
+        "mtype": "X86_64",
+        "thread_core": {
+            "futex_rla": 0,
+            "futex_rla_len": 0,
+            "seccomp_mode": "filter",
+            "creds": {
+                "uid": 1000,
+                "gid": 1000,
+                "euid": 1000,
+                "egid": 1000,
+                "suid": 1000,
+                "sgid": 1000,
+                "fsuid": 1000,
+                "fsgid": 1000,
+                "cap_inh": [0, 0],
+                "cap_prm": [1 << 5, 0],
+                "cap_eff": [1 << 5, 0],
+                "cap_bnd": [0xFFFFFFFF, 0x1FF],
+                "secbits": 0,
+                "groups": [1000, 27],
+                "no_new_privs": 1,
+            },
+        },
+    }
     with open(tmp_path / "core-7.img", "wb") as f:
         images.dump({"magic": "CORE", "entries": [entry]}, f)
     (t,) = creds.load(tmp_path)

@@ -24,16 +24,22 @@ def test_dump_args_defaults():
 
 
 def test_dump_args_leave_running_and_external_netns():
-    o = options.DumpOptions(pid=1, images_dir=Path("/i"), work_dir=Path("/w"),
-                            leave_running=True, external_netns_inode=4026532000)  # fmt: skip
+    o = options.DumpOptions(
+        pid=1,
+        images_dir=Path("/i"),
+        work_dir=Path("/w"),
+        leave_running=True,
+        external_netns_inode=4026532000,
+    )
     a = options.dump_args(o)
     assert "--leave-running" in a
     assert flag_value(a, "--external") == "net[4026532000]:extnet"
 
 
 def test_restore_args():
-    o = options.RestoreOptions(images_dir=Path("/i"), work_dir=Path("/w"),
-                               pidfile=Path("/w/p"), netns_fd=7)  # fmt: skip
+    o = options.RestoreOptions(
+        images_dir=Path("/i"), work_dir=Path("/w"), pidfile=Path("/w/p"), netns_fd=7
+    )
     a = options.restore_args(o)
     assert a[0] == "restore"
     assert "--restore-detached" in a and "--tcp-close" in a

@@ -52,12 +52,16 @@ def generate(ns: str, port: int) -> dict:
     return in_netns(f"/run/netns/{ns}", get)
 
 
-def start(tmp_path, ns: str, cleanup_pids, mode: str = "ok",
-          engine: str = "vllm") -> tuple[int, int]:  # fmt: skip
+def start(
+    tmp_path, ns: str, cleanup_pids, mode: str = "ok", engine: str = "vllm"
+) -> tuple[int, int]:
     port = free_port()
-    pid = sandbox.start([sys.executable, str(STANDIN), "127.0.0.1", str(port)],
-                        tmp_path / f"standin-{port}.log", netns=ns,
-                        env={"STANDIN_MODE": mode, "STANDIN_ENGINE": engine})  # fmt: skip
+    pid = sandbox.start(
+        [sys.executable, str(STANDIN), "127.0.0.1", str(port)],
+        tmp_path / f"standin-{port}.log",
+        netns=ns,
+        env={"STANDIN_MODE": mode, "STANDIN_ENGINE": engine},
+    )
     cleanup_pids.append(pid)
     for _ in range(100):
         try:
@@ -92,28 +96,32 @@ def test_asleep_for_the_dump_and_woken_after_the_restore(tmp_path, netns, cleanu
 
 def test_a_source_kept_running_is_woken(tmp_path, netns, cleanup_pids):
     pid, port = start(tmp_path, netns, cleanup_pids)
-    checkpoint(CheckpointRequest(output=tmp_path / "art", pid=pid, quiesce=vllm(port),
-                                 leave_running=True))  # fmt: skip
+    checkpoint(
+        CheckpointRequest(output=tmp_path / "art", pid=pid, quiesce=vllm(port), leave_running=True)
+    )
     assert generate(netns, port)["status"] == 200
 
 
 @pytest.mark.parametrize(
     ("mode", "timeout", "why"),
     [
-        ("no-sleep-mode", 30, "has no GET /is_sleeping (404): start vLLM with "
-                              "VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode"),
+        (
+            "no-sleep-mode",
+            30,
+            "has no GET /is_sleeping (404): start vLLM with "
+            "VLLM_SERVER_DEV_MODE=1 and --enable-sleep-mode",
+        ),
         ("never-sleeps", 2, "no answer to vllm reporting is_sleeping within 2s"),
         ("hangs", 2, "no answer to POST /sleep?level=1 within 2s"),
         ("huge", 30, "answer over 65536 bytes"),
     ],
-)  # fmt: skip
+)
 def test_a_broken_engine_fails_the_checkpoint_and_keeps_serving(
     tmp_path, netns, cleanup_pids, mode, timeout, why
 ):
     pid, port = start(tmp_path, netns, cleanup_pids, mode)
     with pytest.raises(EngineApiError, match=re.escape(why)):
-        checkpoint(CheckpointRequest(output=tmp_path / "art", pid=pid,
-                                     quiesce=vllm(port, timeout)))  # fmt: skip
+        checkpoint(CheckpointRequest(output=tmp_path / "art", pid=pid, quiesce=vllm(port, timeout)))
     assert not (tmp_path / "art").exists(), "no artifact, not even a partial one"
     assert generate(netns, port)["status"] == 200, "the source serves"
 
@@ -134,8 +142,12 @@ def test_a_dead_checkpoints_engine_is_woken_by_recovery(tmp_path, netns, cleanup
     q = vllm(port)
     quiesce(q, f"/proc/{pid}/ns/net")
     assert generate(netns, port)["status"] == 503, "asleep"
-    j = Journal(pid=pid, start_time=procs.start_time(pid) or 0, staging="x",
-                quiesce=q.model_dump(mode="json"))  # fmt: skip
+    j = Journal(
+        pid=pid,
+        start_time=procs.start_time(pid) or 0,
+        staging="x",
+        quiesce=q.model_dump(mode="json"),
+    )
     assert give_back(j) == ["woke vllm through its API"]
     assert generate(netns, port)["status"] == 200
 
@@ -163,7 +175,10 @@ def test_the_admins_quiesce_bound_wins_over_the_profiles(tmp_path, netns, cleanu
     pid, port = start(tmp_path, netns, cleanup_pids, "hangs")
     t0 = time.monotonic()
     with pytest.raises(EngineApiError, match="within 2s"):
-        checkpoint(CheckpointRequest(output=tmp_path / "art", pid=pid, quiesce=vllm(port, 3600),
-                                     handshake_timeout_s=2))  # fmt: skip
+        checkpoint(
+            CheckpointRequest(
+                output=tmp_path / "art", pid=pid, quiesce=vllm(port, 3600), handshake_timeout_s=2
+            )
+        )
     assert time.monotonic() - t0 < 30
     assert generate(netns, port)["status"] == 200, "the source serves"

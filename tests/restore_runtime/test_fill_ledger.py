@@ -38,8 +38,9 @@ def _setup(tmp_path: Path, pid: int, addr: int):
 
 def _fill(path, digests, ranges, pid, root: Path, ledger: Ledger | None = None):
     ledger = ledger or Ledger.open(root, path, FILE_DIGEST, digests)
-    return memfill.fill(path, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2,
-                        ledger=ledger)  # fmt: skip
+    return memfill.fill(
+        path, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2, ledger=ledger
+    )
 
 
 def _tamper(path: Path, at: int, content: bytes) -> None:
@@ -166,8 +167,16 @@ def test_fills_at_once_on_a_node_share_its_threads(tmp_path, target):
         o.enter()
     try:
         assert others[0].fills() == 3
-        crowded = memfill.fill(path, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=4,
-                               ledger=Ledger.open(root, path, FILE_DIGEST, digests))  # fmt: skip
+        crowded = memfill.fill(
+            path,
+            CHUNK,
+            digests,
+            FILE_DIGEST,
+            ranges,
+            {7: pid},
+            workers=4,
+            ledger=Ledger.open(root, path, FILE_DIGEST, digests),
+        )
     finally:
         for o in others:
             o.leave()
@@ -206,8 +215,9 @@ def test_a_parent_directory_swapped_during_the_fill_puts_no_other_bytes_in(tmp_p
             return checked()
 
         ledger.unchanged = swap_back  # type: ignore[method-assign]
-        result = memfill.fill(fd, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2,
-                              ledger=ledger)  # fmt: skip
+        result = memfill.fill(
+            fd, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2, ledger=ledger
+        )
     finally:
         os.close(fd)
     assert result.trusted == 3, "the marks were used"

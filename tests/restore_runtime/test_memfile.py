@@ -101,15 +101,19 @@ def test_the_index_leaves_the_memory_files_holes_out(tmp_path):
     with open(tmp_path / MEMORY_PAGES, "wb") as f:
         f.write(b"\x01" * (1 << 20))
         holes.punch(f.fileno(), 256 << 10, 256 << 10)
-    ranges = [{"pid": 1, "vaddr": 1 << 30, "length": 768 << 10, "offset": 0},
-              {"pid": 2, "vaddr": 2 << 30, "length": 128 << 10, "offset": 384 << 10},
-              {"pid": 2, "vaddr": 3 << 30, "length": 256 << 10, "offset": 768 << 10}]  # fmt: skip
-    (tmp_path / MEMORY_INDEX).write_bytes(MemoryIndex.model_validate({"ranges": ranges})
-                                          .to_json())  # fmt: skip
+    ranges = [
+        {"pid": 1, "vaddr": 1 << 30, "length": 768 << 10, "offset": 0},
+        {"pid": 2, "vaddr": 2 << 30, "length": 128 << 10, "offset": 384 << 10},
+        {"pid": 2, "vaddr": 3 << 30, "length": 256 << 10, "offset": 768 << 10},
+    ]
+    (tmp_path / MEMORY_INDEX).write_bytes(MemoryIndex.model_validate({"ranges": ranges}).to_json())
     assert memfile.drop_holes(tmp_path) == (384 << 10)
     got = [(r.pid, r.vaddr, r.length, r.offset) for r in _memory(tmp_path)[0].ranges]
-    assert got == [(1, 1 << 30, 256 << 10, 0), (1, (1 << 30) + (512 << 10), 256 << 10, 512 << 10),
-                   (2, 3 << 30, 256 << 10, 768 << 10)]  # fmt: skip
+    assert got == [
+        (1, 1 << 30, 256 << 10, 0),
+        (1, (1 << 30) + (512 << 10), 256 << 10, 512 << 10),
+        (2, 3 << 30, 256 << 10, 768 << 10),
+    ]
 
 
 def test_a_mappings_run_is_one_range_of_the_index(dumped):
@@ -201,12 +205,14 @@ def _other_mapping(art: Path, pid: int) -> dict:
 
     vmas = sparse.vmas(_pycriu_images(), art / "criu", str(pid))
     ok = sparse.anon_private_ranges(vmas, writable=True)
-    return next(v for v in vmas if (v["start"], v["end"]) not in ok and v["end"] - v["start"]
-                >= 8192)  # fmt: skip
+    return next(
+        v for v in vmas if (v["start"], v["end"]) not in ok and v["end"] - v["start"] >= 8192
+    )
 
 
-@pytest.mark.parametrize("hostile", ["overlap", "outside", "other-mapping", "overflow",
-                                     "past-end", "unaligned"])  # fmt: skip
+@pytest.mark.parametrize(
+    "hostile", ["overlap", "outside", "other-mapping", "overflow", "past-end", "unaligned"]
+)
 def test_a_hostile_index_is_refused(dumped, tmp_path, hostile):
     art, port, _ = dumped
     index, size = _memory(art)
@@ -226,7 +232,8 @@ def test_a_hostile_index_is_refused(dumped, tmp_path, hostile):
     else:
         ranges.append({**r, "vaddr": r["vaddr"] + 1})
     _rewrite_index(art, ranges)
-    problems = memfile.check_index(MemoryIndex.model_validate({"ranges": ranges}),
-                                   art / "criu", size)  # fmt: skip
+    problems = memfile.check_index(
+        MemoryIndex.model_validate({"ranges": ranges}), art / "criu", size
+    )
     assert problems, hostile
     _refused(art, port, tmp_path, "memory/index.json")

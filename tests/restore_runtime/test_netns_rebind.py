@@ -104,8 +104,9 @@ def inet_sockets(images_dir) -> list[dict]:
         if not isk or isk.get("family") not in (socket.AF_INET, socket.AF_INET6):
             continue
         fam = isk["family"]
-        out.append({"src": decode_addr(isk.get("src_addr", [0]), fam),
-                    "src_port": isk.get("src_port")})  # fmt: skip
+        out.append(
+            {"src": decode_addr(isk.get("src_addr", [0]), fam), "src_port": isk.get("src_port")}
+        )
     return out
 
 

@@ -69,8 +69,11 @@ def pushed(registry, art: Path, tag: str) -> OciRef:
 
 
 def tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def blob_file(registry_dir: Path, digest: str) -> Path:
@@ -104,10 +107,16 @@ def test_tampered_registry_content_is_refused(registry, artifact, tmp_path, what
     art, _, _ = artifact
     ref = pushed(registry, art, f"tamper-{what}")
     c = oci._Client(ref, ACCESS, time.monotonic() + 60)
-    manifest = json.loads(c.request("GET", f"/manifests/{ref.digest}", ok=(200,),
-                                    headers={"Accept": oci.MANIFEST_TYPE}).content)  # fmt: skip
-    digest = ref.digest if what == "manifest" else max(
-        manifest["layers"], key=lambda layer: layer["size"])["digest"]  # fmt: skip
+    manifest = json.loads(
+        c.request(
+            "GET", f"/manifests/{ref.digest}", ok=(200,), headers={"Accept": oci.MANIFEST_TYPE}
+        ).content
+    )
+    digest = (
+        ref.digest
+        if what == "manifest"
+        else max(manifest["layers"], key=lambda layer: layer["size"])["digest"]
+    )
     data = blob_file(registry.data, digest)
     original = data.read_bytes()
     try:
@@ -176,9 +185,16 @@ def test_a_registry_that_trickles_is_cut_at_the_pull_timeout(registry, artifact,
     got: list[BaseException | None] = []
     with _trickling(registry.address) as slow:
         t0 = time.monotonic()
-        pull = threading.Thread(target=lambda: got.append(_error_of(
-            lambda: cache.fetch(replace(ref, registry=slow), manifest_digest(art), timeout_s=2)
-        )), daemon=True)  # fmt: skip
+        pull = threading.Thread(
+            target=lambda: got.append(
+                _error_of(
+                    lambda: cache.fetch(
+                        replace(ref, registry=slow), manifest_digest(art), timeout_s=2
+                    )
+                )
+            ),
+            daemon=True,
+        )
         pull.start()
         pull.join(30)
         took = time.monotonic() - t0
@@ -236,13 +252,25 @@ def test_hostile_layer_titles_are_refused(registry, tmp_path, title):
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     oci._upload(c, data, digest)
     oci._upload(c, b"{}", oci.EMPTY_CONFIG["digest"])
-    body = json.dumps({"schemaVersion": 2, "mediaType": oci.MANIFEST_TYPE,
-                       "artifactType": oci.ARTIFACT_TYPE, "config": oci.EMPTY_CONFIG,
-                       "layers": [{"mediaType": oci.LAYER_TYPE, "digest": digest, "size": 10,
-                                   "annotations": {oci.TITLE_KEY: title, oci.OFFSET_KEY: "0"}}],
-                       }).encode()  # fmt: skip
-    c.request("PUT", "/manifests/t", ok=(201,), data=body,
-              headers={"Content-Type": oci.MANIFEST_TYPE})  # fmt: skip
+    body = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": oci.MANIFEST_TYPE,
+            "artifactType": oci.ARTIFACT_TYPE,
+            "config": oci.EMPTY_CONFIG,
+            "layers": [
+                {
+                    "mediaType": oci.LAYER_TYPE,
+                    "digest": digest,
+                    "size": 10,
+                    "annotations": {oci.TITLE_KEY: title, oci.OFFSET_KEY: "0"},
+                }
+            ],
+        }
+    ).encode()
+    c.request(
+        "PUT", "/manifests/t", ok=(201,), data=body, headers={"Content-Type": oci.MANIFEST_TYPE}
+    )
     pinned = replace(ref, digest="sha256:" + hashlib.sha256(body).hexdigest())
     dest = tmp_path / "a" / "dest"
     dest.mkdir(parents=True)

@@ -66,8 +66,9 @@ def test_a_journal_whose_pid_names_another_process_is_never_touched(tmp_path, sl
     start = procs.start_time(sleeper.pid)
     assert start is not None
     store = tmp_path / "store"
-    _journal(store, Journal(pid=sleeper.pid, start_time=start + 1, staging="",
-                            control_dir=str(ctl)))  # fmt: skip
+    _journal(
+        store, Journal(pid=sleeper.pid, start_time=start + 1, staging="", control_dir=str(ctl))
+    )
     done = recover_interrupted(store)
     assert [r.actions for r in done] == [[f"the source (PID {sleeper.pid}) is gone"]]
     assert _state(sleeper.pid) == "T", "another process's PID was signalled"
@@ -101,38 +102,56 @@ def test_gpu_state_is_handed_back_as_far_as_the_checkpoint_took_it(tmp_path, mon
     kids = [subprocess.Popen(["sleep", "300"]) for _ in range(3)]
     try:
         checkpointed, locked, running = (k.pid for k in kids)
-        StandInDriver.states = {checkpointed: "checkpointed", locked: "locked",
-                                running: "running"}  # fmt: skip
+        StandInDriver.states = {checkpointed: "checkpointed", locked: "locked", running: "running"}
         StandInDriver.calls = []
         monkeypatch.setattr(cuda_driver, "CudaDriver", StandInDriver)
         root = kids[0].pid
         store = tmp_path / "store"
-        _journal(store, Journal(pid=root, start_time=procs.start_time(root) or 0, staging="",
-                                cuda_pids=[checkpointed, locked, running]))  # fmt: skip
+        _journal(
+            store,
+            Journal(
+                pid=root,
+                start_time=procs.start_time(root) or 0,
+                staging="",
+                cuda_pids=[checkpointed, locked, running],
+            ),
+        )
         done = recover_interrupted(store)
     finally:
         for k in kids:
             k.kill()
             k.wait()
-    assert StandInDriver.calls == [("restore", checkpointed), ("unlock", checkpointed),
-                                   ("unlock", locked)]  # fmt: skip
-    assert done[0].actions == [f"handed GPU state back to PID {checkpointed}",
-                               f"handed GPU state back to PID {locked}"]  # fmt: skip
+    assert StandInDriver.calls == [
+        ("restore", checkpointed),
+        ("unlock", checkpointed),
+        ("unlock", locked),
+    ]
+    assert done[0].actions == [
+        f"handed GPU state back to PID {checkpointed}",
+        f"handed GPU state back to PID {locked}",
+    ]
     assert list(store.iterdir()) == []
 
 
 def test_snapshotctl_recover_gives_back_a_stopped_source(tmp_path, sleeper):
     _stop(sleeper)  # as CRIU leaves a tree it dumped and then died
     store = tmp_path / "store"
-    _journal(store, Journal(pid=sleeper.pid, start_time=procs.start_time(sleeper.pid) or 0,
-                            staging=""))  # fmt: skip
+    _journal(
+        store, Journal(pid=sleeper.pid, start_time=procs.start_time(sleeper.pid) or 0, staging="")
+    )
     cli = [sys.executable, "-m", "restore_runtime.cli"]
-    r = subprocess.run([*cli, "recover", "--json", str(store)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=60)  # fmt: skip
+    r = subprocess.run(
+        [*cli, "recover", "--json", str(store)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert len(json.loads(r.stdout)["recovered"]) == 1
     assert _state(sleeper.pid) in ("S", "R"), "the stopped source runs again"
     assert list(store.iterdir()) == []
-    again = subprocess.run([*cli, "recover", str(store)], cwd=ROOT, capture_output=True,
-                           text=True, timeout=60)  # fmt: skip
+    again = subprocess.run(
+        [*cli, "recover", str(store)], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert again.stdout.strip() == "nothing to recover", again.stdout

@@ -49,14 +49,17 @@ def layout(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root: unpacking sets owners (uid 1000)")
 def test_a_legitimate_diff_unpacks(layout):
     tmp, root, _ = layout
-    tar = make_tar(tmp / "d.tar", [
-        (info("etc", tarfile.DIRTYPE, 0o755), None),
-        (info("etc/app.conf", mode=0o640, uid=1000, gid=1000), b"x=1\n"),
-        (info("etc/link", tarfile.SYMTYPE, linkname="/etc/app.conf"), None),
-        (info("etc/hard", tarfile.LNKTYPE, linkname="etc/app.conf"), None),
-        (info("run.fifo", tarfile.FIFOTYPE, 0o600), None),
-        (info("bin/tool", mode=0o4755), b"#!/bin/sh\n"),
-    ])  # fmt: skip
+    tar = make_tar(
+        tmp / "d.tar",
+        [
+            (info("etc", tarfile.DIRTYPE, 0o755), None),
+            (info("etc/app.conf", mode=0o640, uid=1000, gid=1000), b"x=1\n"),
+            (info("etc/link", tarfile.SYMTYPE, linkname="/etc/app.conf"), None),
+            (info("etc/hard", tarfile.LNKTYPE, linkname="etc/app.conf"), None),
+            (info("run.fifo", tarfile.FIFOTYPE, 0o600), None),
+            (info("bin/tool", mode=0o4755), b"#!/bin/sh\n"),
+        ],
+    )
     extract(tar, root)
     assert (root / "etc/app.conf").read_text() == "x=1\n"
     st = (root / "etc/app.conf").stat()
@@ -73,16 +76,27 @@ def test_a_legitimate_diff_unpacks(layout):
         ([(info("../escaped"), b"x")], "not a relative path"),
         ([(info("/escaped"), b"x")], "not a relative path"),
         ([(info("a/../../escaped"), b"x")], "not a relative path"),
-        ([(info("esc", tarfile.SYMTYPE, linkname="OUTSIDE"), None),
-          (info("esc/escaped"), b"x")], "not a directory inside the root"),
-        ([(info("lnk", tarfile.LNKTYPE, linkname="../outside/secret"), None)],
-         "not a relative path"),
+        (
+            [(info("esc", tarfile.SYMTYPE, linkname="OUTSIDE"), None), (info("esc/escaped"), b"x")],
+            "not a directory inside the root",
+        ),
+        (
+            [(info("lnk", tarfile.LNKTYPE, linkname="../outside/secret"), None)],
+            "not a relative path",
+        ),
         ([(info("dev", tarfile.CHRTYPE), None)], "device node"),
         ([(info("blk", tarfile.BLKTYPE), None)], "device node"),
     ],
-    ids=["dotdot", "absolute", "inner-dotdot", "symlink-then-write", "hardlink-out",
-         "char-device", "block-device"],
-)  # fmt: skip
+    ids=[
+        "dotdot",
+        "absolute",
+        "inner-dotdot",
+        "symlink-then-write",
+        "hardlink-out",
+        "char-device",
+        "block-device",
+    ],
+)
 def test_escapes_are_refused(layout, members, why):
     tmp, root, outside = layout
     fixed = []
@@ -107,8 +121,7 @@ def test_path_length_trick(layout):
         name = f"{'d' * 200}{i}"
         members.append((info(f"{prev}{name}", tarfile.DIRTYPE, 0o755), None))
         prev = f"{prev}{name}/"
-    members.append((info("l", tarfile.SYMTYPE, linkname=prev + "../" * 15 + ".." + str(tmp)),
-                    None))  # fmt: skip
+    members.append((info("l", tarfile.SYMTYPE, linkname=prev + "../" * 15 + ".." + str(tmp)), None))
     members.append((info("l/outside/config.json"), b"{}"))
     tar = make_tar(tmp / "long.tar", members)
     with pytest.raises(UnsafeArchive):

@@ -33,8 +33,10 @@ def tree(tmp_path):
 
 def members(tar: Path) -> dict[str, bytes | str]:
     with tarfile.open(tar) as t:
-        return {m.name: (t.extractfile(m).read() if m.isfile() else m.linkname or m.type)
-                for m in t.getmembers()}  # fmt: skip
+        return {
+            m.name: (t.extractfile(m).read() if m.isfile() else m.linkname or m.type)
+            for m in t.getmembers()
+        }
 
 
 def swap_after_look(monkeypatch, upper: Path, secret: Path) -> list[str]:

@@ -53,10 +53,19 @@ def test_zero_pages_are_left_out_and_memory_restores_the_same(tmp_path, cleanup_
     before = ask("127.0.0.1", port)
     dense, thin = tmp_path / "dense", tmp_path / "thin"
     # the memory file left out: these are CRIU's own page images (test_memfile.py has both)
-    snapshotctl("checkpoint", "--pid", str(pid), "--output", str(dense), "--leave-running",
-                "--keep-zero-pages", "--no-split-memory")  # fmt: skip
-    out = snapshotctl("checkpoint", "--pid", str(pid), "--output", str(thin), "--json",
-                      "--no-split-memory")  # fmt: skip
+    snapshotctl(
+        "checkpoint",
+        "--pid",
+        str(pid),
+        "--output",
+        str(dense),
+        "--leave-running",
+        "--keep-zero-pages",
+        "--no-split-memory",
+    )
+    out = snapshotctl(
+        "checkpoint", "--pid", str(pid), "--output", str(thin), "--json", "--no-split-memory"
+    )
     assert (
         json.loads(out.stdout)["sizeBytes"]
         < json.loads(snapshotctl("inspect", str(dense), "--json").stdout)["sizeBytes"]
@@ -101,8 +110,15 @@ def test_the_page_file_is_compacted_in_place_on_a_nearly_full_store(tmp_path, cl
     cleanup_pids.append(pid)
     before = ask("127.0.0.1", port)
     dense = tmp_path / "dense"
-    snapshotctl("checkpoint", "--pid", str(pid), "--output", str(dense), "--leave-running",
-                "--keep-zero-pages")  # fmt: skip
+    snapshotctl(
+        "checkpoint",
+        "--pid",
+        str(pid),
+        "--output",
+        str(dense),
+        "--leave-running",
+        "--keep-zero-pages",
+    )
     # room for the dense artifact and 1 MiB: less than the kept pages a copy would need
     kept = _page_bytes(dense) - (2 << 20) - (4 << 20) // 3
     assert kept > (2 << 20), "the workload's page image is too small for this test"

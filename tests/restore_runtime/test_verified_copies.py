@@ -4,7 +4,7 @@ read once into the restore's work directory, hashed there, and CRIU, the credent
 the memory index and the rootfs diff read only those copies.
 
 Cases, with real CRIU: core images and the memory index swapped in the store after
-``prepare`` verified them (the moment chosen by the test, not by luck) change nothing: the
+the engine verified them (the moment chosen by the test, not by luck) change nothing: the
 restored counter continues with its state; a rootfs diff swapped right before it is unpacked
 into a new root (the shim's runc path) unpacks what was hashed; a copy that does not match is
 refused before anything runs, and says which file."""
@@ -22,10 +22,10 @@ from restore_runtime.artifact.verify import load_manifest
 from restore_runtime.errors import VerificationError
 from restore_runtime.executor import restore as restore_mod
 from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
-from restore_runtime.executor.restore import RestoreRequest, prepare
-from restore_runtime.executor.tree_access import criu_restore
+from restore_runtime.executor.restore import RestoreRequest, restore
+from restore_runtime.executor.tree_access import CriuRestorer
 from tests.conftest import requires_criu
-from tests.helpers import ask, start_counter
+from tests.helpers import ask, start_counter, up_to_the_tree
 
 pytestmark = [requires_criu, pytest.mark.root]
 
@@ -50,17 +50,19 @@ def artifact(tmp_path, cleanup_pids):
 
 def test_images_swapped_after_the_check_are_not_what_criu_reads(artifact, cleanup_pids):
     art, port = artifact
-    r = prepare(RestoreRequest(artifact=art))
-    try:
-        for core in (art / "criu").glob("core-*.img"):
-            swap(core, b"\0" * core.stat().st_size)  # garbage CRIU cannot restore from
-        for index in art.glob("memory/index.json"):
-            swap(index, b'{"ranges": []}')
-        pid = criu_restore(r.images, r.work, r.netns)
-        cleanup_pids.append(pid)
-        r.finish(pid)
-    finally:
-        r.close()
+
+    class SwapFirst(CriuRestorer):
+        """Swaps the store's files once they were checked, right before CRIU reads."""
+
+        def restore(self, images, work, netns):
+            for core in (art / "criu").glob("core-*.img"):
+                swap(core, b"\0" * core.stat().st_size)  # garbage CRIU cannot restore from
+            for index in art.glob("memory/index.json"):
+                swap(index, b'{"ranges": []}')
+            return super().restore(images, work, netns)
+
+    report = restore(RestoreRequest(artifact=art), SwapFirst())
+    cleanup_pids.append(report.pid)
     assert ask("127.0.0.1", port)["count"] == "4", "restored from the bytes it checked"
 
 
@@ -71,7 +73,7 @@ def test_a_changed_core_image_is_refused_by_name(artifact):
     data[-1] ^= 0xFF
     swap(core, bytes(data))
     with pytest.raises(VerificationError, match=f"modified: criu/{core.name}"):
-        prepare(RestoreRequest(artifact=art)).close()
+        up_to_the_tree(RestoreRequest(artifact=art))
 
 
 def test_a_rootfs_diff_swapped_after_the_check_is_not_what_is_unpacked(
@@ -102,6 +104,6 @@ def test_a_rootfs_diff_swapped_after_the_check_is_not_what_is_unpacked(
     monkeypatch.setattr(restore_mod, "apply_rootfs_diff", swapped_first)
     root = tmp_path / "newroot"
     root.mkdir()
-    prepare(RestoreRequest(artifact=art, rootfs=root)).close()
+    up_to_the_tree(RestoreRequest(artifact=art, rootfs=root))
     assert (art / ROOTFS_DIFF_NAME).read_bytes() == evil.read_bytes(), "the store was swapped"
     assert (root / "hello").read_text() == "checked"

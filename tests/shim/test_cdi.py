@@ -26,11 +26,25 @@ CHECK = ["sh", "-c", "test -c /dev/snapshot-test && cat /snapshot-cdi/marker"]
 def cdi(containerd, tmp_path):
     marker = tmp_path / "marker"
     marker.write_text("from-cdi\n")
-    spec = {"cdiVersion": "0.6.0", "kind": "snapshot.test/device", "devices": [{
-        "name": "one", "containerEdits": {
-            "deviceNodes": [{"path": "/dev/snapshot-test", "hostPath": "/dev/null"}],
-            "mounts": [{"hostPath": str(marker), "containerPath": "/snapshot-cdi/marker",
-                        "options": ["ro", "bind"]}]}}]}  # fmt: skip
+    spec = {
+        "cdiVersion": "0.6.0",
+        "kind": "snapshot.test/device",
+        "devices": [
+            {
+                "name": "one",
+                "containerEdits": {
+                    "deviceNodes": [{"path": "/dev/snapshot-test", "hostPath": "/dev/null"}],
+                    "mounts": [
+                        {
+                            "hostPath": str(marker),
+                            "containerPath": "/snapshot-cdi/marker",
+                            "options": ["ro", "bind"],
+                        }
+                    ],
+                },
+            }
+        ],
+    }
     path = containerd.base / "cdi" / f"snapshot-test-{uuid.uuid4().hex[:6]}.json"
     path.write_text(json.dumps(spec))
     yield
@@ -38,8 +52,13 @@ def cdi(containerd, tmp_path):
 
 
 def start(cri, name: str, annotations=None, control=None):
-    pod, ctr, r = start_pod(cri, name, annotations=annotations, control=control,
-                            container_annotations={"cdi.k8s.io/test": DEVICE})  # fmt: skip
+    pod, ctr, r = start_pod(
+        cri,
+        name,
+        annotations=annotations,
+        control=control,
+        container_annotations={"cdi.k8s.io/test": DEVICE},
+    )
     assert r.returncode == 0, r.stderr
     return pod, ctr
 

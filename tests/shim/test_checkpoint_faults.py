@@ -70,8 +70,17 @@ def _pod(cri, tmp: Path, env: dict[str, str], control: bool) -> tuple[str, str, 
 
 
 def _spawn(containerd, ctr: str, out: Path, ctl: Path | None, leave: bool) -> subprocess.Popen:
-    argv = [sys.executable, "-c", CHECKPOINTER, str(RUNC_ROOT), ctr, containerd.runc, str(out),
-            str(ctl or ""), "1" if leave else "0"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-c",
+        CHECKPOINTER,
+        str(RUNC_ROOT),
+        ctr,
+        containerd.runc,
+        str(out),
+        str(ctl or ""),
+        "1" if leave else "0",
+    ]
     return subprocess.Popen(argv, cwd=ROOT, start_new_session=True)
 
 
@@ -127,9 +136,13 @@ def _left(store: Path, out: Path) -> list[str]:
 
 def _second_checkpoint_works(containerd, ctr: str, store: Path) -> None:
     out = store / "default" / f"again-{uuid.uuid4().hex[:6]}"
-    res = checkpoint(CheckpointRequest(output=out, leave_running=True,
-                                       runc_container=RuncContainer(RUNC_ROOT, ctr,
-                                                                    containerd.runc)))  # fmt: skip
+    res = checkpoint(
+        CheckpointRequest(
+            output=out,
+            leave_running=True,
+            runc_container=RuncContainer(RUNC_ROOT, ctr, containerd.runc),
+        )
+    )
     assert res.manifest.size_bytes > 0
 
 
@@ -154,8 +167,10 @@ def test_a_checkpointer_killed_with_the_workload_quiesced(cri, containerd, tmp_p
     if moment == "quiesce":
         _wait_for(lambda: (ctl / CHECKPOINT_REQUESTED).exists(), CHECKPOINT_REQUESTED)
     else:
-        _wait_for(lambda: any(out.parent.glob(f".{out.name}.staging-*/rootfs-diff.tar")),
-                  "the rootfs diff being packed")  # fmt: skip
+        _wait_for(
+            lambda: any(out.parent.glob(f".{out.name}.staging-*/rootfs-diff.tar")),
+            "the rootfs diff being packed",
+        )
     _kill(proc)
     (ctl / "gate").touch()  # the workload answers now, to nobody
     # quiesced for good without recovery: ready, and no resume will ever come
@@ -181,8 +196,12 @@ def test_a_checkpointer_killed_while_criu_holds_the_container_frozen(cri, contai
     for _ in range(3):
         proc = _spawn(containerd, ctr, out, None, leave=False)
         # busy-polled, a file read each: CRIU holds the freeze only while it seizes the tree
-        wait_until(lambda p=proc: is_frozen(freezer) or p.poll() is not None,
-                   what="the container frozen by CRIU", timeout=60, poll=0)  # fmt: skip
+        wait_until(
+            lambda p=proc: is_frozen(freezer) or p.poll() is not None,
+            what="the container frozen by CRIU",
+            timeout=60,
+            poll=0,
+        )
         # a fail, never a skip: the freeze is seen, or the test is wrong
         assert proc.poll() is None, "the dump was over before its freeze was seen"
         _kill(proc)
@@ -221,8 +240,11 @@ def test_a_full_store_leaves_the_source_serving(cri, containerd, tmp_path, phase
     before = int(ask(ip, PORT, timeout=30)["count"])
     runc = RuncContainer(RUNC_ROOT, ctr, containerd.runc)
     dense = tmp_path / "dense"
-    checkpoint(CheckpointRequest(output=dense, runc_container=runc, leave_running=True,
-                                 keep_zero_pages=True))  # fmt: skip
+    checkpoint(
+        CheckpointRequest(
+            output=dense, runc_container=runc, leave_running=True, keep_zero_pages=True
+        )
+    )
     # CRIU's images and the memory file: all but the rootfs diff
     images = _tree_bytes(dense) - (dense / "rootfs-diff.tar").stat().st_size
     # room for a part of the images, or for all of them and a part of the rootfs diff

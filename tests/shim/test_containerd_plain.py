@@ -28,8 +28,18 @@ def cid(prefix: str) -> str:
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_output_and_exit_code(containerd, runtime):
-    r = containerd.ctr("run", "--rm", "--runtime", runtime, IMAGE, cid("out"), "sh", "-c",
-                       "echo out; echo err >&2; exit 7", check=False)  # fmt: skip
+    r = containerd.ctr(
+        "run",
+        "--rm",
+        "--runtime",
+        runtime,
+        IMAGE,
+        cid("out"),
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 7",
+        check=False,
+    )
     assert r.stdout == "out\n"
     assert "err" in r.stderr
     assert r.returncode == 7
@@ -39,11 +49,29 @@ def test_output_and_exit_code(containerd, runtime):
 def test_exec_kill_wait_delete(containerd, runtime):
     name = cid("life")
     # PID 1 ignores SIGTERM without a handler, so the init traps it
-    containerd.ctr("run", "-d", "--runtime", runtime, IMAGE, name, "sh", "-c",
-                   "trap 'exit 5' TERM; sleep 1000 & wait")  # fmt: skip
+    containerd.ctr(
+        "run",
+        "-d",
+        "--runtime",
+        runtime,
+        IMAGE,
+        name,
+        "sh",
+        "-c",
+        "trap 'exit 5' TERM; sleep 1000 & wait",
+    )
     try:
-        r = containerd.ctr("task", "exec", "--exec-id", "e1", name, "sh", "-c",
-                           "echo exec-$((6*7)); exit 3", check=False)  # fmt: skip
+        r = containerd.ctr(
+            "task",
+            "exec",
+            "--exec-id",
+            "e1",
+            name,
+            "sh",
+            "-c",
+            "echo exec-$((6*7)); exit 3",
+            check=False,
+        )
         assert (r.stdout, r.returncode) == ("exec-42\n", 3)
         ps = containerd.ctr("task", "ps", name).stdout
         assert len(ps.strip().splitlines()) >= 2  # header + the init process
@@ -65,8 +93,9 @@ def test_exec_kill_wait_delete(containerd, runtime):
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_errors_are_errors(containerd, runtime):
     name = cid("err")
-    r = containerd.ctr("run", "--rm", "--runtime", runtime, IMAGE, name, "/no/such/binary",
-                       check=False)  # fmt: skip
+    r = containerd.ctr(
+        "run", "--rm", "--runtime", runtime, IMAGE, name, "/no/such/binary", check=False
+    )
     assert r.returncode != 0
     assert "no such file" in (r.stderr + r.stdout).lower()
 
@@ -76,10 +105,17 @@ def test_terminal(containerd, runtime, tmp_path):
     """A container with a tty (ctr run -t, given a pseudo-terminal by script(1)): the process
     sees a terminal, and its output reaches the client through the pty."""
     name = cid("tty")
-    ctr = (f"ctr --address {containerd.address} -n k8s.io run --rm -t --runtime {runtime} "
-           f"{IMAGE} {name} sh -c 'tty; echo tty-ok'")  # fmt: skip
-    r = subprocess.run(["script", "-qec", ctr, "/dev/null"], capture_output=True, text=True,
-                       timeout=60, env=containerd.env())  # fmt: skip
+    ctr = (
+        f"ctr --address {containerd.address} -n k8s.io run --rm -t --runtime {runtime} "
+        f"{IMAGE} {name} sh -c 'tty; echo tty-ok'"
+    )
+    r = subprocess.run(
+        ["script", "-qec", ctr, "/dev/null"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=containerd.env(),
+    )
     assert "/dev/pts/" in r.stdout, r.stdout + r.stderr
     assert "tty-ok" in r.stdout
     assert r.returncode == 0
@@ -90,10 +126,17 @@ def test_exec_with_terminal(containerd, runtime):
     name = cid("ttyexec")
     containerd.ctr("run", "-d", "--runtime", runtime, IMAGE, name, "sleep", "1000")
     try:
-        cmd = (f"ctr --address {containerd.address} -n k8s.io task exec -t --exec-id t1 "
-               f"{name} sh -c 'tty; echo exec-tty-ok'")  # fmt: skip
-        r = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True,
-                           text=True, timeout=60, env=containerd.env())  # fmt: skip
+        cmd = (
+            f"ctr --address {containerd.address} -n k8s.io task exec -t --exec-id t1 "
+            f"{name} sh -c 'tty; echo exec-tty-ok'"
+        )
+        r = subprocess.run(
+            ["script", "-qec", cmd, "/dev/null"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=containerd.env(),
+        )
         assert "/dev/pts/" in r.stdout and "exec-tty-ok" in r.stdout, r.stdout + r.stderr
     finally:
         containerd.ctr("task", "kill", "-s", "SIGKILL", name, check=False)
@@ -127,9 +170,19 @@ def test_output_to_a_log_file(containerd, runtime, tmp_path):
     """`ctr run --log-uri file://...` (containerd's file logging) works as under runc; a
     binary:// logging driver is refused with a clear error, not a hung container."""
     log = tmp_path / "logs" / "out.log"
-    r = containerd.ctr("run", "--rm", "--runtime", runtime, "--log-uri", f"file://{log}",
-                       IMAGE, cid("file"), "sh", "-c",
-                       "echo to-file; echo err >&2; sleep 0.5")  # fmt: skip
+    r = containerd.ctr(
+        "run",
+        "--rm",
+        "--runtime",
+        runtime,
+        "--log-uri",
+        f"file://{log}",
+        IMAGE,
+        cid("file"),
+        "sh",
+        "-c",
+        "echo to-file; echo err >&2; sleep 0.5",
+    )
     assert r.returncode == 0, r.stderr
     # containerd's runc shim copies stdout and stderr on their own goroutines, and `ctr run`
     # can return before the last copy reaches the file: wait for it, as a log reader would.
@@ -142,7 +195,17 @@ def test_output_to_a_log_file(containerd, runtime, tmp_path):
     assert sorted(log.read_text().splitlines()) == ["err", "to-file"]
     if runtime == RUNTIMES[1]:
         name = cid("binary")
-        r = containerd.ctr("run", "--rm", "--runtime", runtime, "--log-uri", "binary:///bin/cat",
-                           IMAGE, name, "true", check=False)  # fmt: skip
+        r = containerd.ctr(
+            "run",
+            "--rm",
+            "--runtime",
+            runtime,
+            "--log-uri",
+            "binary:///bin/cat",
+            IMAGE,
+            name,
+            "true",
+            check=False,
+        )
         assert r.returncode != 0 and "binary:// logging is not supported" in r.stderr
         containerd.ctr("container", "rm", name, check=False)

@@ -16,9 +16,13 @@ KUBELET = Path("/var/lib/kubelet")
 
 def spec(source: str, uid: str | None = "pod-a", options=("rbind", "rw"), env=()) -> dict:
     a = {ann.SANDBOX_UID: uid} if uid else {}
-    return {"annotations": a, "process": {"env": list(env)},
-            "mounts": [{"destination": "/snapshot-control", "source": source,
-                        "options": list(options)}]}  # fmt: skip
+    return {
+        "annotations": a,
+        "process": {"env": list(env)},
+        "mounts": [
+            {"destination": "/snapshot-control", "source": source, "options": list(options)}
+        ],
+    }
 
 
 def test_the_pods_own_empty_dir_is_used():

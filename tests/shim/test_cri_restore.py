@@ -37,9 +37,16 @@ HOST_MOUNTS = workloads.mounts()
 COUNTER = workloads.command(["tests/workloads/counter_server.py"], PORT)
 
 
-def start_pod(cri, name: str, handler: str = "snapshot", annotations=None, control=None,
-              command: list[str] = COUNTER, user: int | None = None,
-              container_annotations: dict | None = None):  # fmt: skip
+def start_pod(
+    cri,
+    name: str,
+    handler: str = "snapshot",
+    annotations=None,
+    control=None,
+    command: list[str] = COUNTER,
+    user: int | None = None,
+    container_annotations: dict | None = None,
+):
     c, pods = cri
     uid = uuid.uuid4().hex
     pod, cfg = c.run_pod(f"{name}-{uid[:5]}", handler, annotations, uid=uid)
@@ -47,8 +54,16 @@ def start_pod(cri, name: str, handler: str = "snapshot", annotations=None, contr
     mounts = list(HOST_MOUNTS)
     if control is not None:
         mounts.append(workloads.control_mount(control, uid))
-    ctr = c.create(pod, cfg, "main", IMAGE, command, tuple(mounts), user=user,
-                   annotations=container_annotations)  # fmt: skip
+    ctr = c.create(
+        pod,
+        cfg,
+        "main",
+        IMAGE,
+        command,
+        tuple(mounts),
+        user=user,
+        annotations=container_annotations,
+    )
     r = c.run("start", ctr, check=False)
     return pod, ctr, r
 
@@ -159,8 +174,9 @@ def test_two_pods_restore_from_one_artifact_at_once(cri, containerd):
     c, _ = cri
     art, _, _ = checkpoint_pod_a(cri, containerd)
     with cf.ThreadPoolExecutor(2) as pool:
-        starts = list(pool.map(
-            lambda i: start_pod(cri, f"twin{i}", annotations=admitted(art)), range(2)))  # fmt: skip
+        starts = list(
+            pool.map(lambda i: start_pod(cri, f"twin{i}", annotations=admitted(art)), range(2))
+        )
     for pod, _, r in starts:
         assert r.returncode == 0, r.stderr
         assert ask(c.pod_ip(pod), PORT, timeout=30)["count"] == "4"
@@ -242,8 +258,13 @@ def test_manifest_digest_must_match_the_admitted_one(cri, containerd, tmp_path):
     art, _, _ = checkpoint_pod_a(cri, containerd)
     ctl = tmp_path / "ctl"
     ctl.mkdir()
-    annotations = admitted(art, **{"snapshot.nvidia.com/manifest-digest": "sha256:" + "0" * 64,
-                                   "snapshot.nvidia.com/restore-policy": "strict"})  # fmt: skip
+    annotations = admitted(
+        art,
+        **{
+            "snapshot.nvidia.com/manifest-digest": "sha256:" + "0" * 64,
+            "snapshot.nvidia.com/restore-policy": "strict",
+        },
+    )
     _, _, r = start_pod(cri, "digest", annotations=annotations, control=ctl)
     assert r.returncode != 0 and "is not the admitted" in r.stderr
     report = json.loads((ctl / RESTORE_REPORT).read_text())

@@ -20,8 +20,12 @@ from tests.shim.test_cri_restore import PORT, start_pod
 from tests.shim.test_cri_restore import pytestmark as cri_marks
 
 pytestmark = cri_marks
-WAKE_FAILS = ["sh", "-c", f"cd {ROOT} && STANDIN_MODE=wake-fails exec {workloads.VENV_PYTHON} "
-              f"tests/workloads/standin_engine.py 0.0.0.0 {PORT}"]  # fmt: skip
+WAKE_FAILS = [
+    "sh",
+    "-c",
+    f"cd {ROOT} && STANDIN_MODE=wake-fails exec {workloads.VENV_PYTHON} "
+    f"tests/workloads/standin_engine.py 0.0.0.0 {PORT}",
+]
 
 
 def generate(ip: str, timeout: float = 120.0) -> dict:
@@ -36,13 +40,15 @@ def test_a_failed_wake(cri, containerd, tmp_path, policy):
     for _ in range(3):
         last = generate(c.pod_ip(pod_a))
     assert last["count"] == 3
-    art = containerd.checkpoint(ctr_a, f"snap-{uuid.uuid4().hex[:6]}",
-                                quiesce=Quiesce(engine=Engine.VLLM, port=PORT))  # fmt: skip
+    art = containerd.checkpoint(
+        ctr_a, f"snap-{uuid.uuid4().hex[:6]}", quiesce=Quiesce(engine=Engine.VLLM, port=PORT)
+    )
     ctl = tmp_path / "ctl"
     ctl.mkdir()
     annotations = admitted(art, **{"snapshot.nvidia.com/restore-policy": policy})
-    pod, _, r = start_pod(cri, f"wake-{policy}", annotations=annotations, control=ctl,
-                          command=WAKE_FAILS)  # fmt: skip
+    pod, _, r = start_pod(
+        cri, f"wake-{policy}", annotations=annotations, control=ctl, command=WAKE_FAILS
+    )
     report = json.loads((ctl / RESTORE_REPORT).read_text())
     assert report["failedPhase"] == "wake", report
     assert "POST /wake_up: HTTP 500" in report["reason"]

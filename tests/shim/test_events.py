@@ -38,9 +38,13 @@ async def test_events_arrive_in_order_with_envelopes(tmp_path):
     await pub.flush()
     server.close()
     assert [e.topic for e in got] == [
-        "/tasks/create", "/tasks/start", "/tasks/exec-added", "/tasks/exec-started",
-        "/tasks/exit", "/tasks/delete",
-    ]  # fmt: skip
+        "/tasks/create",
+        "/tasks/start",
+        "/tasks/exec-added",
+        "/tasks/exec-started",
+        "/tasks/exit",
+        "/tasks/delete",
+    ]
     assert {e.namespace for e in got} == {"k8s.io"}
     assert got[0].event.type_url == "containerd.events.TaskCreate"
     exit_ev = events_pb2.TaskExit()

@@ -21,8 +21,9 @@ pytestmark = pytest.mark.skipif(shutil.which("runc") is None, reason="runc not i
 
 
 def test_info_reports_runcs_features():
-    p = subprocess.run([sys.executable, "-m", "shim", "-info"], input=b"", capture_output=True,
-                       timeout=30)  # fmt: skip
+    p = subprocess.run(
+        [sys.executable, "-m", "shim", "-info"], input=b"", capture_output=True, timeout=30
+    )
     assert p.returncode == 0, p.stderr
     info = pb.RuntimeInfo()
     info.ParseFromString(p.stdout)

@@ -77,8 +77,9 @@ def test_a_registry_down_at_the_pull_falls_back_to_a_cold_start_in_bounded_time(
     ctl = tmp_path / "ctl-down"
     ctl.mkdir()
     t0 = time.monotonic()
-    pod, _, r = start_pod(cri, "down", annotations={**admitted(art), ARTIFACT: pushed.uri},
-                          control=ctl)  # fmt: skip
+    pod, _, r = start_pod(
+        cri, "down", annotations={**admitted(art), ARTIFACT: pushed.uri}, control=ctl
+    )
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     assert took < 60, f"the start took {took:.0f}s"

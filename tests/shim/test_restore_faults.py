@@ -35,8 +35,11 @@ STATE = Path("/run/containerd/snapshot-shim/k8s.io")
 
 
 def _mounts_under(path: Path) -> list[str]:
-    return [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()
-            if ln.split()[4].startswith(str(path))]  # fmt: skip
+    return [
+        ln.split()[4]
+        for ln in Path("/proc/self/mountinfo").read_text().splitlines()
+        if ln.split()[4].startswith(str(path))
+    ]
 
 
 def _source(cri, containerd):
@@ -45,8 +48,9 @@ def _source(cri, containerd):
     c, pods = cri
     pod, cfg = c.run_pod(f"big-{uuid.uuid4().hex[:6]}", "runc")
     pods.append(pod)
-    ctr = c.create(pod, cfg, "main", IMAGE, COUNTER, tuple(workloads.mounts()),
-                   env={"COUNTER_EXTRA_MB": "512"})  # fmt: skip
+    ctr = c.create(
+        pod, cfg, "main", IMAGE, COUNTER, tuple(workloads.mounts()), env={"COUNTER_EXTRA_MB": "512"}
+    )
     c.run("start", ctr)
     for _ in range(3):
         ask(c.pod_ip(pod), PORT, timeout=30)
@@ -72,8 +76,11 @@ def test_a_shim_killed_mid_restore_leaves_nothing(cri, containerd, tmp_path, mom
     dirs_before = set(STATE.iterdir())
 
     result: dict = {}
-    t = threading.Thread(target=lambda: result.setdefault(
-        "start", start_pod(cri, "victim", annotations=admitted(art))))  # fmt: skip
+    t = threading.Thread(
+        target=lambda: result.setdefault(
+            "start", start_pod(cri, "victim", annotations=admitted(art))
+        )
+    )
     t.start()
     deadline = time.monotonic() + 60
     pod = ctr = None
@@ -95,10 +102,16 @@ def test_a_shim_killed_mid_restore_leaves_nothing(cri, containerd, tmp_path, mom
     pods.remove(pod)
 
     deadline = time.monotonic() + 30
-    while (left := [*_mounts_under(STATE / ctr), *map(str, STATE.glob(f"*{ctr}*")),
-                    *map(str, RUNC_ROOT.glob(f"{ctr}*")), *_mounts_under(RUNC_ROOT / ctr),
-                    *processes(ctr), *(set(processes("counter_server")) - workloads_before)]
-           ) and time.monotonic() < deadline:  # fmt: skip
+    while (
+        left := [
+            *_mounts_under(STATE / ctr),
+            *map(str, STATE.glob(f"*{ctr}*")),
+            *map(str, RUNC_ROOT.glob(f"{ctr}*")),
+            *_mounts_under(RUNC_ROOT / ctr),
+            *processes(ctr),
+            *(set(processes("counter_server")) - workloads_before),
+        ]
+    ) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert left == [], "left behind by the killed restore"
 

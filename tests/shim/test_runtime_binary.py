@@ -1,7 +1,7 @@
 """The NVIDIA container toolkit's way in: containerd's runc shim runs a runc-compatible
 wrapper named by ``BinaryName`` (nvidia-container-runtime on GPU Operator nodes). Our runtime
 type is not runc's, so containerd hands it no runc options; the node's setting
-(``SNAPSHOT_RUNC_BINARY``, install-node's ``--runtime-binary``, the chart's
+(``SNAPSHOT_RUNTIME_BINARY``, install-node's ``--runtime-binary``, the chart's
 ``agent.runtimeBinary``) names it instead. Here a wrapper that logs each call and then
 execs runc is named, on a containerd of each line of its own, and the calls for a cold
 start, an exec and a restore all go through it (the toolkit itself cannot run here: it
@@ -35,8 +35,14 @@ def node(request, tmp_path):
     wrapper = tmp_path / "logging-runtime"
     bridge, subnet = NETS[request.param]
     base = Path(f"/tmp/snapshot-rb-{uuid.uuid4().hex[:6]}")
-    c = Containerd(base, bin_dirs=[VENV_BIN], major=request.param, bridge=bridge,
-                   subnet=subnet, node_settings={"runc_binary": str(wrapper)})  # fmt: skip
+    c = Containerd(
+        base,
+        bin_dirs=[VENV_BIN],
+        major=request.param,
+        bridge=bridge,
+        subnet=subnet,
+        node_settings={"runtime_binary": str(wrapper)},
+    )
     runc = shutil.which("runc", path=c.env()["PATH"])
     wrapper.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec {runc} "$@"\n')
     wrapper.chmod(0o755)

@@ -26,8 +26,18 @@ pytestmark = [
 ]
 NS = "signer-keeps"
 KEY, TLS, CA = "the-signing-key", "the-signer-tls", "the-signer-ca"
-ARGS = ("--key-secret", KEY, "--tls-secret", TLS, "--ca-configmap", CA, "--namespace", NS,
-        "--service", "the-signer")  # fmt: skip
+ARGS = (
+    "--key-secret",
+    KEY,
+    "--tls-secret",
+    TLS,
+    "--ca-configmap",
+    CA,
+    "--namespace",
+    NS,
+    "--service",
+    "the-signer",
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +84,14 @@ def test_made_once_kept_after_and_rotated_on_purpose(control_plane, admin, tmp_p
     # kept as retired.pem, then a restart
     new = signing.new_private_pem()
     data = {"private.pem": new, "retired.pem": pem}
-    r = admin.put(f"/api/v1/namespaces/{NS}/secrets/{KEY}", json={
-        "metadata": {"name": KEY}, "type": "Opaque",
-        "data": {k: base64.b64encode(v).decode() for k, v in data.items()}})  # fmt: skip
+    r = admin.put(
+        f"/api/v1/namespaces/{NS}/secrets/{KEY}",
+        json={
+            "metadata": {"name": KEY},
+            "type": "Opaque",
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        },
+    )
     assert r.status_code == 200, r.text
     with start(tmp_path, control_plane) as rotated:
         _, ring = served(rotated, admin)
@@ -105,10 +120,26 @@ def test_an_unusable_key_secret_is_refused_not_replaced(control_plane, admin, tm
         },
     )
     assert r.status_code == 201, r.text
-    p = subprocess.run([sys.executable, "-m", "signer.cli", "--key-secret", name, "--namespace",
-                        NS, "--self-signed", str(tmp_path / "c"), "--agent-service-account",
-                        f"{NS}:agent", "--kubeconfig", str(control_plane.kubeconfig)],
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "signer.cli",
+            "--key-secret",
+            name,
+            "--namespace",
+            NS,
+            "--self-signed",
+            str(tmp_path / "c"),
+            "--agent-service-account",
+            f"{NS}:agent",
+            "--kubeconfig",
+            str(control_plane.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode != 0
     assert f"signing key Secret {NS}/{name}" in p.stderr, p.stderr
     assert secret(admin, name) == {"private.pem": b"junk"}

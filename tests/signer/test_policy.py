@@ -16,18 +16,21 @@ CALLER = Caller(AGENT, "node-a")
 
 
 def snap(conditions: list[dict], **meta) -> PodSnapshot:
-    return PodSnapshot.model_validate({
-        "metadata": {"name": "s", "namespace": "t", "uid": "u1", **meta},
-        "spec": {"source": {"podRef": {"name": "p"}}},
-        "status": {"source": {"nodeName": "node-a"}, "conditions": conditions},
-    })  # fmt: skip
+    return PodSnapshot.model_validate(
+        {
+            "metadata": {"name": "s", "namespace": "t", "uid": "u1", **meta},
+            "spec": {"source": {"podRef": {"name": "p"}}},
+            "status": {"source": {"nodeName": "node-a"}, "conditions": conditions},
+        }
+    )
 
 
 CHECKPOINTING = {"type": "Ready", "status": "False", "reason": "Checkpointing"}
-MANIFEST = Manifest(source=Source(pid=1, hostname="h", namespace="t", podSnapshot="s",
-                                  podSnapshotUid="u1"),
-                    compat=Compat(arch="x86_64", kernel="6.1", criuVersion="4.2.1"),
-                    files=[FileEntry(path="criu/core-1.img", size=1, digest="0" * 64)])  # fmt: skip
+MANIFEST = Manifest(
+    source=Source(pid=1, hostname="h", namespace="t", podSnapshot="s", podSnapshotUid="u1"),
+    compat=Compat(arch="x86_64", kernel="6.1", criuVersion="4.2.1"),
+    files=[FileEntry(path="criu/core-1.img", size=1, digest="0" * 64)],
+)
 REQ = SignRequest.of("t", "s", "u1", MANIFEST.to_json())
 POD = {"metadata": {"name": "p", "namespace": "t", "uid": "pod-1"}, "spec": {"nodeName": "node-a"}}
 
@@ -52,8 +55,9 @@ def test_a_podsnapshot_that_already_has_an_artifact_is_refused_even_if_reopened(
     party the admission policy does not stop) got any manifest signed. One that already
     names an artifact is never signed for again."""
     s = snap([CHECKPOINTING])
-    s.status.artifact = ArtifactRef(uri="file:///x", manifestDigest="sha256:" + "a" * 64,
-                                    sizeBytes=1)  # fmt: skip
+    s.status.artifact = ArtifactRef(
+        uri="file:///x", manifestDigest="sha256:" + "a" * 64, sizeBytes=1
+    )
     assert "already has an artifact" in (refusal(CALLER, AGENT, REQ, s, MANIFEST, POD) or "")
 
 
@@ -61,13 +65,12 @@ def test_a_podsnapshot_that_already_has_an_artifact_is_refused_even_if_reopened(
     ("namespace", "name", "uid"),
     [("other", "s", "u1"), ("t", "other", "u1"), ("t", "s", "u2")],
     ids=["namespace", "name", "uid"],
-)  # fmt: skip
+)
 def test_a_manifest_bound_to_anything_else_is_refused(namespace, name, uid):
     """Isolation round 3, a test that checked less: only another namespace was tried, so
     a binding check that compared the namespace alone would have passed. Each of the three
     parts is checked on its own."""
-    source = Source(pid=1, hostname="h", namespace=namespace, podSnapshot=name,
-                    podSnapshotUid=uid)  # fmt: skip
+    source = Source(pid=1, hostname="h", namespace=namespace, podSnapshot=name, podSnapshotUid=uid)
     other = MANIFEST.model_copy(update={"source": source})
     why = refusal(CALLER, AGENT, REQ, snap([CHECKPOINTING]), other, POD) or ""
     assert "the manifest is bound to" in why, why
@@ -82,7 +85,7 @@ def test_a_manifest_bound_to_anything_else_is_refused(namespace, name, uid):
         (POD, "pod-2", "has uid pod-1, not pod-2"),
     ],
     ids=["gone", "elsewhere", "unscheduled", "another-uid"],
-)  # fmt: skip
+)
 def test_the_source_pod_itself_must_run_on_the_callers_node(pod, pinned, why):
     """Isolation round 3, attack 2: the node a PodSnapshot is handed to is the controller's
     write, and the controller's token could hand any PodSnapshot to any node. The signer

@@ -35,18 +35,23 @@ SYSTEM, NS = "signer-system", "signer-tenant"
 AGENT, OTHER = "agent", "someone-else"
 SNAPS = f"/apis/nvidia.com/v1alpha1/namespaces/{NS}/podsnapshots"
 MERGE = {"Content-Type": "application/merge-patch+json"}
-CHECKPOINTING = {"type": "Ready", "status": "False", "reason": "Checkpointing",
-                 "lastTransitionTime": "2026-12-05T00:00:00Z"}  # fmt: skip
+CHECKPOINTING = {
+    "type": "Ready",
+    "status": "False",
+    "reason": "Checkpointing",
+    "lastTransitionTime": "2026-12-05T00:00:00Z",
+}
 CAPTURED = {**CHECKPOINTING, "status": "True", "reason": "Captured"}
 
 
 def manifest(namespace: str, name: str, uid: str) -> bytes:
     return Manifest(
-        source=Source(pid=1, hostname="h", namespace=namespace, podSnapshot=name,
-                      podSnapshotUid=uid),
+        source=Source(
+            pid=1, hostname="h", namespace=namespace, podSnapshot=name, podSnapshotUid=uid
+        ),
         compat=Compat(arch="x86_64", kernel="6.1", criuVersion="4.2.1"),
         files=[FileEntry(path="criu/core-1.img", size=10, digest="0" * 64)],
-    ).to_json()  # fmt: skip
+    ).to_json()
 
 
 @pytest.fixture(scope="module")
@@ -58,27 +63,43 @@ def cluster(control_plane, tmp_path_factory):
         for ns in (SYSTEM, NS):
             admin.post("/api/v1/namespaces", json={"metadata": {"name": ns}})
         for sa in (AGENT, OTHER):
-            admin.post(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts",
-                       json={"metadata": {"name": sa}})  # fmt: skip
-        pods = {sa: admin.post(f"/api/v1/namespaces/{SYSTEM}/pods",
-                               json=bound_pod(f"{sa}-a", "node-a", sa)).json()
-                for sa in (AGENT, OTHER)}  # fmt: skip
+            admin.post(
+                f"/api/v1/namespaces/{SYSTEM}/serviceaccounts", json={"metadata": {"name": sa}}
+            )
+        pods = {
+            sa: admin.post(
+                f"/api/v1/namespaces/{SYSTEM}/pods", json=bound_pod(f"{sa}-a", "node-a", sa)
+            ).json()
+            for sa in (AGENT, OTHER)
+        }
         # "stolen": handed to node-a (what the controller's token can write), but its
         # source pod runs on node-b
-        cases = (("mine", "node-a", CHECKPOINTING, "node-a"),
-                 ("theirs", "node-b", CHECKPOINTING, "node-b"),
-                 ("done", "node-a", CAPTURED, "node-a"),
-                 ("stolen", "node-a", CHECKPOINTING, "node-b"))  # fmt: skip
+        cases = (
+            ("mine", "node-a", CHECKPOINTING, "node-a"),
+            ("theirs", "node-b", CHECKPOINTING, "node-b"),
+            ("done", "node-a", CAPTURED, "node-a"),
+            ("stolen", "node-a", CHECKPOINTING, "node-b"),
+        )
         for name, node, ready, pod_node in cases:
             r = admin.post(f"/api/v1/namespaces/{NS}/pods", json=bound_pod(name, pod_node))
             assert r.status_code == 201, r.text
             spec = {"source": {"podRef": {"name": name}, "containers": ["main"]}}
-            r = admin.post(SNAPS, json={"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
-                                        "metadata": {"name": name}, "spec": spec})  # fmt: skip
+            r = admin.post(
+                SNAPS,
+                json={
+                    "apiVersion": "nvidia.com/v1alpha1",
+                    "kind": "PodSnapshot",
+                    "metadata": {"name": name},
+                    "spec": spec,
+                },
+            )
             assert r.status_code == 201, r.text
             uids[name] = r.json()["metadata"]["uid"]
-            r = admin.patch(f"{SNAPS}/{name}/status", headers=MERGE, json={"status": {
-                "source": {"nodeName": node}, "conditions": [ready]}})  # fmt: skip
+            r = admin.patch(
+                f"{SNAPS}/{name}/status",
+                headers=MERGE,
+                json={"status": {"source": {"nodeName": node}, "conditions": [ready]}},
+            )
             assert r.status_code == 200, r.text
 
         def token(sa: str, bound: bool = True, audience: str | None = SIGNER_AUDIENCE) -> str:
@@ -87,16 +108,30 @@ def cluster(control_plane, tmp_path_factory):
                 spec["audiences"] = [audience]
             if bound:
                 p = pods[sa]["metadata"]
-                spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": p["name"],
-                                          "uid": p["uid"]}  # fmt: skip
-            r = admin.post(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{sa}/token",
-                           json={"apiVersion": "authentication.k8s.io/v1",
-                                 "kind": "TokenRequest", "spec": spec})  # fmt: skip
+                spec["boundObjectRef"] = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": p["name"],
+                    "uid": p["uid"],
+                }
+            r = admin.post(
+                f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{sa}/token",
+                json={
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "kind": "TokenRequest",
+                    "spec": spec,
+                },
+            )
             assert r.status_code == 201, r.text
             return r.json()["status"]["token"]
 
-        tokens = {"agent": token(AGENT), "other": token(OTHER), "unbound": token(AGENT, False),
-                  "api-server": token(AGENT, audience=None), "fresh": token(AGENT)}  # fmt: skip
+        tokens = {
+            "agent": token(AGENT),
+            "other": token(OTHER),
+            "unbound": token(AGENT, False),
+            "api-server": token(AGENT, audience=None),
+            "fresh": token(AGENT),
+        }
         key = tmp / "private.pem"
         signing.generate_keypair(key, tmp / "public.pem")
         with signer_process(tmp, control_plane.kubeconfig, key, f"{SYSTEM}:{AGENT}") as signer:
@@ -137,8 +172,11 @@ def test_the_agent_of_the_node_gets_a_signature_that_verifies(cluster):
     assert f"{line} for node node-a" in signer.log.read_text()
     with signer.client() as c:
         metrics = c.get("/metrics").text
-    signed = [ln for ln in metrics.splitlines()
-              if ln.startswith('snapshot_signer_requests_total{result="signed"}')]  # fmt: skip
+    signed = [
+        ln
+        for ln in metrics.splitlines()
+        if ln.startswith('snapshot_signer_requests_total{result="signed"}')
+    ]
     assert signed and float(signed[0].split()[-1]) >= 1, metrics
 
 
@@ -185,8 +223,11 @@ def test_a_stale_uid_is_refused(cluster):
 def test_an_oversized_request_is_refused_unread(cluster):
     _, _, tokens, signer, _ = cluster
     with signer.client() as c:
-        r = c.post(SIGN_PATH, content=b"x" * (8 * 1024 * 1024),
-                   headers={"Authorization": f"Bearer {tokens['agent']}"})  # fmt: skip
+        r = c.post(
+            SIGN_PATH,
+            content=b"x" * (8 * 1024 * 1024),
+            headers={"Authorization": f"Bearer {tokens['agent']}"},
+        )
     assert r.status_code == 413
 
 

@@ -18,10 +18,15 @@ def webhook(control_plane, tmp_path_factory):
 
 
 def _webhook_answers(control_plane) -> bool:
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "webhook-probe",
-                        "annotations": {RESTORE_FROM: f"absent-{uuid.uuid4().hex[:6]}"}},
-           "spec": {"containers": [{"name": "main", "image": "registry.local/x:1"}]}}  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "webhook-probe",
+            "annotations": {RESTORE_FROM: f"absent-{uuid.uuid4().hex[:6]}"},
+        },
+        "spec": {"containers": [{"name": "main", "image": "registry.local/x:1"}]},
+    }
     with control_plane.client() as c:
         r = c.post("/api/v1/namespaces/default/pods", params={"dryRun": "All"}, json=pod)
     return "starting without restore" in r.headers.get("warning", "")
@@ -46,8 +51,12 @@ def chart_webhook_registered(control_plane, webhook: TlsServer, name: str):
         assert r.status_code == 201, r.text
     # the API server picks up webhook configurations asynchronously: until it calls this
     # one, a dry-run restore pod of a missing PodSnapshot comes back without its warning
-    wait_until(lambda: _webhook_answers(control_plane), what=f"the webhook {name} called",
-               timeout=30, poll=0.1)  # fmt: skip
+    wait_until(
+        lambda: _webhook_answers(control_plane),
+        what=f"the webhook {name} called",
+        timeout=30,
+        poll=0.1,
+    )
     try:
         yield
     finally:

@@ -27,15 +27,28 @@ DIGEST = "sha256:" + "cd" * 32
 
 def snapshot_status(ready: bool = True) -> dict:
     status = {
-        "conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                        "reason": "Captured" if ready else "CheckpointPending", "message": "",
-                        "lastTransitionTime": "2026-12-02T10:00:00Z"}],
-        "source": {"nodeName": "node-a", "arch": "x86_64", "driverVersion": "570.133.20",
-                   "gpus": [{"uuid": "GPU-1", "product": "NVIDIA H200", "memoryMiB": 143771}]},
-    }  # fmt: skip
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True" if ready else "False",
+                "reason": "Captured" if ready else "CheckpointPending",
+                "message": "",
+                "lastTransitionTime": "2026-12-02T10:00:00Z",
+            }
+        ],
+        "source": {
+            "nodeName": "node-a",
+            "arch": "x86_64",
+            "driverVersion": "570.133.20",
+            "gpus": [{"uuid": "GPU-1", "product": "NVIDIA H200", "memoryMiB": 143771}],
+        },
+    }
     if ready:
-        status["artifact"] = {"uri": f"file:///var/lib/snapshot/{NS}/ready", "sizeBytes": 4096,
-                              "manifestDigest": DIGEST}  # fmt: skip
+        status["artifact"] = {
+            "uri": f"file:///var/lib/snapshot/{NS}/ready",
+            "sizeBytes": 4096,
+            "manifestDigest": DIGEST,
+        }
     return status
 
 
@@ -45,19 +58,28 @@ def cluster(control_plane):
         c.post("/api/v1/namespaces", json={"metadata": {"name": NS}})
         c.post(
             "/apis/node.k8s.io/v1/runtimeclasses",
-            json={"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                  "metadata": {"name": "snapshot"}, "handler": "snapshot"},
-        )  # fmt: skip
+            json={
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "snapshot"},
+                "handler": "snapshot",
+            },
+        )
         for name, ready in (("ready", True), ("pending", False)):
             source = {"podRef": {"name": "src"}, "containers": ["main"]}
-            body = {"apiVersion": "nvidia.com/v1alpha1", "kind": "PodSnapshot",
-                    "metadata": {"name": name}, "spec": {"source": source}}  # fmt: skip
+            body = {
+                "apiVersion": "nvidia.com/v1alpha1",
+                "kind": "PodSnapshot",
+                "metadata": {"name": name},
+                "spec": {"source": source},
+            }
             r = c.post(SNAPS, json=body)
             assert r.status_code in (201, 409), r.text
             r = c.patch(
-                f"{SNAPS}/{name}/status", json={"status": snapshot_status(ready)},
+                f"{SNAPS}/{name}/status",
+                json={"status": snapshot_status(ready)},
                 headers={"Content-Type": "application/merge-patch+json"},
-            )  # fmt: skip
+            )
             assert r.status_code == 200, r.text
     return control_plane
 
@@ -84,8 +106,11 @@ def review(obj: dict, kind: str = "Pod") -> dict:
 
 def post(webhook, body) -> dict:
     with webhook.client() as c:
-        r = c.post("/mutate", json=body) if not isinstance(body, bytes) else c.post(
-            "/mutate", content=body, headers={"Content-Type": "application/json"})  # fmt: skip
+        r = (
+            c.post("/mutate", json=body)
+            if not isinstance(body, bytes)
+            else c.post("/mutate", content=body, headers={"Content-Type": "application/json"})
+        )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -193,7 +218,7 @@ def _review_of(obj) -> bytes:
         (_review_of({"metadata": {"annotations": {ann.RESTORE_FROM: 7}}}), "annotations"),
     ],
     ids=["deep-json", "deep-object", "metadata-type", "annotations-type", "annotation-value"],
-)  # fmt: skip
+)
 def test_hostile_reviews_are_a_400_not_an_error(cluster, webhook, body, fragment):
     """Deep or wrongly typed reviews used to reach the decision and fail there (a 500, or
     the fail-open error path); they are refused up front."""
@@ -216,8 +241,9 @@ def test_oversized_body_is_refused_without_buffering_it(cluster, webhook):
     with webhook.client() as c:
         r = c.post("/mutate", content=stream(), headers={"Content-Type": "application/json"})
         assert r.status_code == 413 and "over the" in r.json()["error"]
-        r = c.post("/mutate", content=b" " * (50 << 20),
-                   headers={"Content-Type": "application/json"})  # fmt: skip
+        r = c.post(
+            "/mutate", content=b" " * (50 << 20), headers={"Content-Type": "application/json"}
+        )
         assert r.status_code == 413
         assert c.get("/healthz").status_code == 200
         assert post(webhook, review(pod()))["response"]["allowed"] is True
@@ -291,8 +317,12 @@ def test_api_server_stores_the_mutated_pod(registered):
     ]["nodeSelectorTerms"][0]["matchExpressions"]
     assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H200"]} in exprs
     # shared or OCI storage (this webhook has no --pin-to-source-node): any compatible node
-    assert "matchFields" not in stored["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]  # fmt: skip
+    assert (
+        "matchFields"
+        not in stored["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"][0]
+    )
 
 
 def test_a_node_local_store_pins_the_restore_to_the_source_node(cluster, tmp_path):
@@ -305,10 +335,12 @@ def test_a_node_local_store_pins_the_restore_to_the_source_node(cluster, tmp_pat
         resp = post(pinned, review(pod()))["response"]
     patched = jsonpatch.apply_patch(pod(), json.loads(base64.b64decode(resp["patch"])))
     (term,) = patched["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
     assert term["matchFields"] == [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]
     assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H200"]} in term[
-        "matchExpressions"]  # fmt: skip
+        "matchExpressions"
+    ]
     with cluster.client() as c:
         r = c.post(f"/api/v1/namespaces/{NS}/pods", params={"dryRun": "All"}, json=patched)
     assert r.status_code == 201, r.text

@@ -33,8 +33,12 @@ def guarded(control_plane):
 
 
 def webhook_set(ns: str = NS, name: str = "snap") -> dict[str, str]:
-    return {ann.ARTIFACT: f"file://{STORE}/{ns}/{name}", ann.MANIFEST_DIGEST: DIGEST,
-            ann.CONTAINER: "main", ann.INTERNAL_RESTORE_POLICY: "fallback"}  # fmt: skip
+    return {
+        ann.ARTIFACT: f"file://{STORE}/{ns}/{name}",
+        ann.MANIFEST_DIGEST: DIGEST,
+        ann.CONTAINER: "main",
+        ann.INTERNAL_RESTORE_POLICY: "fallback",
+    }
 
 
 def create(c, body: dict, ns: str = NS):
@@ -44,20 +48,34 @@ def create(c, body: dict, ns: str = NS):
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (pod(**{ann.ARTIFACT: f"file://{STORE}/{NS}/x", ann.MANIFEST_DIGEST: DIGEST}),
-         "set by the snapshot webhook only"),
+        (
+            pod(**{ann.ARTIFACT: f"file://{STORE}/{NS}/x", ann.MANIFEST_DIGEST: DIGEST}),
+            "set by the snapshot webhook only",
+        ),
         (pod("snap", **webhook_set(ns="tenant-a")), "must name an artifact of namespace"),
-        (pod("snap", **{**webhook_set(), ann.ARTIFACT: "file:///tmp/mine"}),
-         "must name an artifact of namespace"),
-        (pod("snap", **{**webhook_set(), ann.ARTIFACT: f"file://{STORE}/{NS}/../tenant-a/x"}),
-         "must name an artifact of namespace"),
-        (pod("snap", **{ann.ARTIFACT: f"file://{STORE}/{NS}/x"}),
-         "must name an artifact of namespace"),
+        (
+            pod("snap", **{**webhook_set(), ann.ARTIFACT: "file:///tmp/mine"}),
+            "must name an artifact of namespace",
+        ),
+        (
+            pod("snap", **{**webhook_set(), ann.ARTIFACT: f"file://{STORE}/{NS}/../tenant-a/x"}),
+            "must name an artifact of namespace",
+        ),
+        (
+            pod("snap", **{ann.ARTIFACT: f"file://{STORE}/{NS}/x"}),
+            "must name an artifact of namespace",
+        ),
         (pod("snap", **{"snapshot.nvidia.com/extra": "1"}), "unknown snapshot.nvidia.com/"),
     ],
-    ids=["no-restore-from", "other-namespace", "outside-store", "dot-dot", "no-digest",
-         "unknown-key"],
-)  # fmt: skip
+    ids=[
+        "no-restore-from",
+        "other-namespace",
+        "outside-store",
+        "dot-dot",
+        "no-digest",
+        "unknown-key",
+    ],
+)
 def test_forged_annotations_are_rejected_with_the_webhook_down(guarded, body, message):
     r = create(guarded, body)
     assert r.status_code == 403, r.text
@@ -68,8 +86,13 @@ def test_annotations_cannot_be_added_or_changed_later(guarded):
     plain = create(guarded, pod())
     assert plain.status_code == 201, plain.text
     name = plain.json()["metadata"]["name"]
-    add = [{"op": "add", "path": "/metadata/annotations",
-            "value": {ann.RESTORE_FROM: "snap", **webhook_set()}}]  # fmt: skip
+    add = [
+        {
+            "op": "add",
+            "path": "/metadata/annotations",
+            "value": {ann.RESTORE_FROM: "snap", **webhook_set()},
+        }
+    ]
     r = guarded.patch(f"/api/v1/namespaces/{NS}/pods/{name}", json=add, headers=JSON_PATCH)
     assert r.status_code == 403 and "immutable" in r.json()["message"], r.text
 
@@ -77,8 +100,13 @@ def test_annotations_cannot_be_added_or_changed_later(guarded):
     assert restored.status_code == 201, restored.text
     name = restored.json()["metadata"]["name"]
     key = ann.ARTIFACT.replace("/", "~1")
-    change = [{"op": "replace", "path": f"/metadata/annotations/{key}",
-               "value": f"file://{STORE}/{NS}/other"}]  # fmt: skip
+    change = [
+        {
+            "op": "replace",
+            "path": f"/metadata/annotations/{key}",
+            "value": f"file://{STORE}/{NS}/other",
+        }
+    ]
     r = guarded.patch(f"/api/v1/namespaces/{NS}/pods/{name}", json=change, headers=JSON_PATCH)
     assert r.status_code == 403 and "immutable" in r.json()["message"], r.text
 
@@ -115,13 +143,15 @@ def test_oci_restores_pass_the_policy_as_the_webhook_writes_them(guarded_oci):
 
 @pytest.mark.parametrize(
     "uri",
-    [f"{REPO}:tenant-a.snap-0123abcd@{DIGEST}",  # another namespace's tag
-     f"oci://registry.evil:5000/snaps:{OCI_NS}.snap-0123abcd@{DIGEST}",  # another registry
-     f"{REPO}-other:{OCI_NS}.snap@{DIGEST}",  # another repository
-     f"{REPO}:{OCI_NS}.snap-0123abcd",  # not pinned by digest
-     f"{REPO}:{OCI_NS}.snap@sha256:1@{DIGEST}"],  # two digests
+    [
+        f"{REPO}:tenant-a.snap-0123abcd@{DIGEST}",  # another namespace's tag
+        f"oci://registry.evil:5000/snaps:{OCI_NS}.snap-0123abcd@{DIGEST}",  # another registry
+        f"{REPO}-other:{OCI_NS}.snap@{DIGEST}",  # another repository
+        f"{REPO}:{OCI_NS}.snap-0123abcd",  # not pinned by digest
+        f"{REPO}:{OCI_NS}.snap@sha256:1@{DIGEST}",
+    ],  # two digests
     ids=["other-namespace", "other-registry", "other-repository", "no-digest", "two-digests"],
-)  # fmt: skip
+)
 def test_oci_references_outside_the_namespace_or_unpinned_are_rejected(guarded_oci, uri):
     r = create(guarded_oci, oci_pod(uri), OCI_NS)
     assert r.status_code == 403, r.text

@@ -33,8 +33,18 @@ def test_the_ca_bundle_is_written_and_kept(control_plane, tmp_path):
         (cfg,) = [o for o in chart.render() if o["kind"] == "MutatingWebhookConfiguration"]
         assert "caBundle" not in cfg["webhooks"][0]["clientConfig"], "the chart renders none"
         cfg["metadata"] = {"name": NAME}
-        args = ("--tls-secret", SECRET, "--namespace", NS, "--service", "the-webhook",
-                "--patch-ca-bundle", NAME, "--ca-bundle-recheck", "0.5")  # fmt: skip
+        args = (
+            "--tls-secret",
+            SECRET,
+            "--namespace",
+            NS,
+            "--service",
+            "the-webhook",
+            "--patch-ca-bundle",
+            NAME,
+            "--ca-bundle-recheck",
+            "0.5",
+        )
         try:
             # started before its configuration exists (helm applies both in no set order)
             with webhook_process(tmp_path, control_plane.kubeconfig, *args, own_ca=True) as w:
@@ -44,8 +54,12 @@ def test_the_ca_bundle_is_written_and_kept(control_plane, tmp_path):
                 assert r.status_code == 200, r.text
                 ca = r.json()["data"]["ca.crt"]
                 wait_until(lambda: bundle(admin) == ca, what="the CA in the caBundle")
-                wait_until(lambda: _webhook_answers(control_plane), timeout=30, poll=0.2,
-                           what="the API server calling the webhook over that CA")  # fmt: skip
+                wait_until(
+                    lambda: _webhook_answers(control_plane),
+                    timeout=30,
+                    poll=0.2,
+                    what="the API server calling the webhook over that CA",
+                )
                 # a GitOps sync re-applies the chart's manifest, without a caBundle
                 blank = [{"op": "remove", "path": "/webhooks/0/clientConfig/caBundle"}]
                 json_patch = {"Content-Type": "application/json-patch+json"}

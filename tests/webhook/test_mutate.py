@@ -27,31 +27,53 @@ DIGEST = "sha256:" + "ab" * 32
 
 def snapshot(ready: bool = True, container: str = "main", gpus: bool = True) -> PodSnapshot:
     status: dict = {
-        "conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                        "reason": "Captured" if ready else "CheckpointPending"}],
-        "source": {"nodeName": "node-a", "arch": "x86_64", "driverVersion": "570.133.20",
-                   "gpus": [{"uuid": "GPU-1", "product": "NVIDIA H200", "memoryMiB": 143771}]
-                   if gpus else []},
-    }  # fmt: skip
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True" if ready else "False",
+                "reason": "Captured" if ready else "CheckpointPending",
+            }
+        ],
+        "source": {
+            "nodeName": "node-a",
+            "arch": "x86_64",
+            "driverVersion": "570.133.20",
+            "gpus": [{"uuid": "GPU-1", "product": "NVIDIA H200", "memoryMiB": 143771}]
+            if gpus
+            else [],
+        },
+    }
     if ready:
-        status["artifact"] = {"uri": "file:///var/lib/snapshot/default/snap-1",
-                              "manifestDigest": DIGEST, "sizeBytes": 4_000_000_000}  # fmt: skip
+        status["artifact"] = {
+            "uri": "file:///var/lib/snapshot/default/snap-1",
+            "manifestDigest": DIGEST,
+            "sizeBytes": 4_000_000_000,
+        }
     return PodSnapshot.model_validate(
-        {"metadata": {"name": "snap-1", "namespace": "default"},
-         "spec": {"source": {"podRef": {"name": "src"}, "containers": [container]}},
-         "status": status}
-    )  # fmt: skip
+        {
+            "metadata": {"name": "snap-1", "namespace": "default"},
+            "spec": {"source": {"podRef": {"name": "src"}, "containers": [container]}},
+            "status": status,
+        }
+    )
 
 
 def pod(annotations: dict | None = None, **spec) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"generateName": "llm-", "annotations": {ann.RESTORE_FROM: "snap-1",
-                                                            **(annotations or {})}},
-        "spec": {"containers": [{"name": "main", "image": "vllm:1"},
-                                {"name": "sidecar", "image": "envoy:1"}], **spec},
-    }  # fmt: skip
+        "metadata": {
+            "generateName": "llm-",
+            "annotations": {ann.RESTORE_FROM: "snap-1", **(annotations or {})},
+        },
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "vllm:1"},
+                {"name": "sidecar", "image": "envoy:1"},
+            ],
+            **spec,
+        },
+    }
 
 
 def admitted(p: dict, lookup) -> tuple[dict, list[str]]:
@@ -75,11 +97,15 @@ def test_ready_snapshot_mutates_the_pod():
     terms = out["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
     ]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [
-        {"key": ARCH_LABEL, "operator": "In", "values": ["amd64"]},
-        {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": ["NVIDIA-H200"]},
-        {"key": DRIVER_VERSION_LABEL, "operator": "In", "values": ["570.133.20"]},
-    ]}]  # fmt: skip
+    assert terms == [
+        {
+            "matchExpressions": [
+                {"key": ARCH_LABEL, "operator": "In", "values": ["amd64"]},
+                {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": ["NVIDIA-H200"]},
+                {"key": DRIVER_VERSION_LABEL, "operator": "In", "values": ["570.133.20"]},
+            ]
+        }
+    ]
     assert {"name": CONTROL_VOLUME, "emptyDir": {}} in out["spec"]["volumes"]
     main = main_container(out)
     assert {"name": CONTROL_VOLUME, "mountPath": "/snapshot-control"} in main["volumeMounts"]
@@ -105,11 +131,16 @@ def test_the_patch_applies_to_the_object_as_submitted():
 
 
 def test_existing_node_affinity_terms_each_get_the_requirements():
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
-            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
-        ]}}}  # fmt: skip
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+                ]
+            }
+        }
+    }
     out, _ = admitted(pod(affinity=affinity), Found(snapshot()))
     terms = out["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
@@ -130,23 +161,33 @@ def test_pinning_to_the_source_node_holds_even_without_the_compatibility_check()
     """A node-local store: the artifact is on the source's node only. The pin goes into
     every required term, survives skip-compat (it is about where the bytes are, not about
     compatibility), and is a fixed point."""
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
-            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
-        ]}}}  # fmt: skip
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+                ]
+            }
+        }
+    }
     pin = [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]
     for p in (pod(affinity=affinity), pod({ann.SKIP_COMPAT_CHECK: "true"})):
         d = decide(p, "default", Found(snapshot()), pin_to_source=True)
         out = jsonpatch.apply_patch(p, d.patch)
         terms = out["spec"]["affinity"]["nodeAffinity"][
-            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
         assert all(t["matchFields"] == pin for t in terms)
         again = decide(out, "default", Found(snapshot()), pin_to_source=True)
         assert again.patch == [], "mutate(mutate(p)) == mutate(p)"
     out, _ = admitted(pod(), Found(snapshot()))  # shared or OCI storage: not pinned
-    assert not any("matchFields" in t for t in out["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"])  # fmt: skip
+    assert not any(
+        "matchFields" in t
+        for t in out["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+    )
 
 
 def test_cpu_snapshot_pins_only_the_architecture():
@@ -211,10 +252,14 @@ def test_failed_snapshot_reason_is_in_the_message():
     snap = snapshot(ready=False)
     snap.status.conditions.append(
         snap.status.conditions[0].model_copy(
-            update={"type": "Failed", "status": "True", "reason": "CheckpointFailed",
-                    "message": "criu dump exited 1"}
+            update={
+                "type": "Failed",
+                "status": "True",
+                "reason": "CheckpointFailed",
+                "message": "criu dump exited 1",
+            }
         )
-    )  # fmt: skip
+    )
     d = decide(pod({ann.RESTORE_POLICY: "strict"}), "default", Found(snap))
     assert "CheckpointFailed: criu dump exited 1" in d.message
 
@@ -262,9 +307,13 @@ def test_pod_without_annotations_or_metadata():
 
 @pytest.mark.parametrize(
     "text, label",
-    [("NVIDIA H200", "NVIDIA-H200"), ("NVIDIA A100-SXM4-80GB", "NVIDIA-A100-SXM4-80GB"),
-     ("570.133.20", "570.133.20"), ("Tesla T4 (rev 2)", "Tesla-T4--rev-2")],
-)  # fmt: skip
+    [
+        ("NVIDIA H200", "NVIDIA-H200"),
+        ("NVIDIA A100-SXM4-80GB", "NVIDIA-A100-SXM4-80GB"),
+        ("570.133.20", "570.133.20"),
+        ("Tesla T4 (rev 2)", "Tesla-T4--rev-2"),
+    ],
+)
 def test_label_value_follows_gpu_feature_discovery(text, label):
     assert label_value(text) == label
 
@@ -276,10 +325,14 @@ def test_an_unexpected_error_never_admits_webhook_only_annotations():
     from webhook.review import AdmissionRequest
 
     def request(annotations: dict) -> AdmissionRequest:
-        return AdmissionRequest.model_validate({
-            "uid": "u", "kind": {"version": "v1", "kind": "Pod"}, "operation": "CREATE",
-            "object": {"metadata": {"annotations": annotations}},
-        })  # fmt: skip
+        return AdmissionRequest.model_validate(
+            {
+                "uid": "u",
+                "kind": {"version": "v1", "kind": "Pod"},
+                "operation": "CREATE",
+                "object": {"metadata": {"annotations": annotations}},
+            }
+        )
 
     forged = _on_error(request({ann.ARTIFACT: "file:///elsewhere"}), RuntimeError("boom"))
     assert not forged.allowed and ann.ARTIFACT in forged.message

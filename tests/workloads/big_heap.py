@@ -60,8 +60,14 @@ def main() -> None:
     while True:
         conn, _ = srv.accept()
         with conn:
-            parts = {"heap": heap, "map": anon, "zeros": zeros, "ro": ro, "shared": shared,
-                     "file": fmap}  # fmt: skip
+            parts = {
+                "heap": heap,
+                "map": anon,
+                "zeros": zeros,
+                "ro": ro,
+                "shared": shared,
+                "file": fmap,
+            }
             line = " ".join(f"{k}={hashlib.sha256(v).hexdigest()[:16]}" for k, v in parts.items())
             conn.sendall(f"{line} pid={os.getpid()}\n".encode())
 

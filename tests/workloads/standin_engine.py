@@ -99,8 +99,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.raw(HOSTILE[MODE])
         if ENGINE == "tensorrt-llm" and self.path == "/metrics":
             STATE.active = max(0, STATE.active - 1)
-            return self.answer(200, [{"iter": 1, "numActiveRequests": STATE.active,
-                                      "numQueuedRequests": 0}])  # fmt: skip
+            return self.answer(
+                200, [{"iter": 1, "numActiveRequests": STATE.active, "numQueuedRequests": 0}]
+            )
         self.answer(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
@@ -108,8 +109,7 @@ class Handler(BaseHTTPRequestHandler):
         self.rfile.read(length)
         if ENGINE == "vllm":
             return self.vllm()
-        if ENGINE == "sglang" and self.path in ("/pause_generation",
-                                                "/release_memory_occupation"):  # fmt: skip
+        if ENGINE == "sglang" and self.path in ("/pause_generation", "/release_memory_occupation"):
             STATE.free()
             return self.answer(200, {"success": True, "message": ""})
         if ENGINE == "sglang" and self.path == "/resume_memory_occupation":

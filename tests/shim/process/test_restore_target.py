@@ -13,6 +13,7 @@ import pytest
 
 from api import annotations as ann
 from api.node import NodeConfig
+from restore_runtime.node import NodeContext
 from shim.process.restore import RestoreFailed, RestoreTarget, wants_warm_up
 
 ART = "file:///var/lib/snapshot/artifacts/team-a/warm"
@@ -20,20 +21,20 @@ ART = "file:///var/lib/snapshot/artifacts/team-a/warm"
 
 def spec(**annotations: str) -> dict:
     return {
-        "annotations": {ann.CONTAINER_NAME: "main", ann.SANDBOX_NAMESPACE: "team-a",
-                        **annotations},
+        "annotations": {ann.CONTAINER_NAME: "main", ann.SANDBOX_NAMESPACE: "team-a", **annotations},
         "process": {"env": ["SNAPSHOT_CONTROL_DIR=/ctl"]},
         "mounts": [{"destination": "/ctl", "source": "/var/lib/kubelet/pods/u/ctl"}],
         "linux": {"namespaces": [{"type": "network", "path": "/run/netns/cni-1"}]},
-    }  # fmt: skip
+    }
 
 
 def test_the_restored_container():
-    t = RestoreTarget.from_spec(spec(**{ann.ARTIFACT: ART, ann.CONTAINER: "main",
-                                        ann.INTERNAL_RESTORE_POLICY: "strict"}))  # fmt: skip
+    t = RestoreTarget.from_spec(
+        spec(**{ann.ARTIFACT: ART, ann.CONTAINER: "main", ann.INTERNAL_RESTORE_POLICY: "strict"})
+    )
     assert t is not None
     assert t.uri == ART
-    path, timings = asyncio.run(t.local_artifact(NodeConfig()))
+    path, timings = asyncio.run(t.local_artifact(NodeContext.of(NodeConfig())))
     assert str(path) == "/var/lib/snapshot/artifacts/team-a/warm" and timings == {}
     assert t.namespace == "team-a" and t.policy is ann.RestorePolicy.STRICT
     assert str(t.control_dir) == "/var/lib/kubelet/pods/u/ctl" and t.netns == "/run/netns/cni-1"
@@ -42,20 +43,27 @@ def test_the_restored_container():
 def test_an_oci_artifact_needs_its_admitted_digest():
     """An oci:// artifact is pulled by the admitted manifest digest (the cache's key); without
     one nothing is pulled, and the restore fails in phase pull."""
-    t = RestoreTarget.from_spec(spec(**{ann.ARTIFACT: "oci://127.0.0.1:1/snaps/x@sha256:"
-                                        + "a" * 64}))  # fmt: skip
+    t = RestoreTarget.from_spec(
+        spec(**{ann.ARTIFACT: "oci://127.0.0.1:1/snaps/x@sha256:" + "a" * 64})
+    )
     assert t is not None
     with pytest.raises(RestoreFailed, match="no admitted manifest digest") as e:
-        asyncio.run(t.local_artifact(NodeConfig()))
+        asyncio.run(t.local_artifact(NodeContext.of(NodeConfig())))
     assert e.value.phase == "pull"
 
 
 def test_a_malformed_oci_uri_fails_the_pull_before_any_request(tmp_path):
-    t = RestoreTarget.from_spec(spec(**{ann.ARTIFACT: "oci://reg/../../etc@sha256:" + "a" * 64,
-                                        ann.MANIFEST_DIGEST: "sha256:" + "b" * 64}))  # fmt: skip
+    t = RestoreTarget.from_spec(
+        spec(
+            **{
+                ann.ARTIFACT: "oci://reg/../../etc@sha256:" + "a" * 64,
+                ann.MANIFEST_DIGEST: "sha256:" + "b" * 64,
+            }
+        )
+    )
     assert t is not None
     with pytest.raises(RestoreFailed, match="is not oci://") as e:
-        asyncio.run(t.local_artifact(NodeConfig(store_root=tmp_path)))
+        asyncio.run(t.local_artifact(NodeContext.of(NodeConfig(store_root=tmp_path))))
     assert e.value.phase == "pull" and not any(tmp_path.rglob("*"))
 
 
@@ -79,8 +87,9 @@ def test_an_unknown_value_is_an_error_where_it_matters():
 
 
 def test_a_restart_restores_again_under_strict():
-    t = RestoreTarget.from_spec(spec(**{ann.ARTIFACT: ART, ann.RESTART_COUNT: "2",
-                                        ann.INTERNAL_RESTORE_POLICY: "strict"}))  # fmt: skip
+    t = RestoreTarget.from_spec(
+        spec(**{ann.ARTIFACT: ART, ann.RESTART_COUNT: "2", ann.INTERNAL_RESTORE_POLICY: "strict"})
+    )
     assert t is not None and t.policy is ann.RestorePolicy.STRICT
 
 

@@ -1,7 +1,8 @@
 """Process states x operations (shim/process/states.py), with a stand-in process that records
 the work each transition asks for. Every pair is covered: allowed operations do their work
-and move to the documented state; the others fail with FAILED_PRECONDITION (NOT_FOUND once
-deleted) and do no work. The stand-in replaces runc only: the real thing runs in the
+and move to the documented state; the others fail with the shim's own FailedPrecondition
+(NotFound once deleted), which the task service answers as FAILED_PRECONDITION (NOT_FOUND),
+and do no work. The stand-in replaces runc only: the real thing runs in the
 containerd tests.
 
 The restore decision is the state's: a restore that fails cold-starts under ``fallback``
@@ -13,8 +14,10 @@ import pytest
 
 from api.annotations import RestoreOutcome, RestorePolicy
 from shim.process import states as st
+from shim.process.errors import ProcessError
 from shim.process.restore import RestoreFailed
-from shim.ttrpc.codes import Code, RPCError
+from shim.task.errors import to_rpc
+from shim.ttrpc.codes import Code
 
 
 class Target:
@@ -50,15 +53,20 @@ class Recorder:
 OPS = ["start", "kill", "delete", "pause", "resume"]
 # state -> op -> (next state class or None for "no change", work done)
 ALLOWED = {
-    st.Created: {"start": (st.Running, "do_start"), "kill": (None, "do_kill"),
-                 "delete": (st.Deleted, "do_delete")},
-    st.CreatedFromArtifact: {"start": (st.Running, "do_restore"),
-                             "delete": (st.Deleted, "do_delete")},
+    st.Created: {
+        "start": (st.Running, "do_start"),
+        "kill": (None, "do_kill"),
+        "delete": (st.Deleted, "do_delete"),
+    },
+    st.CreatedFromArtifact: {
+        "start": (st.Running, "do_restore"),
+        "delete": (st.Deleted, "do_delete"),
+    },
     st.Running: {"kill": (None, "do_kill"), "pause": (st.Paused, "do_pause")},
     st.Paused: {"kill": (None, "do_kill"), "resume": (st.Running, "do_resume")},
     st.Stopped: {"delete": (st.Deleted, "do_delete")},
     st.Deleted: {},
-}  # fmt: skip
+}
 
 
 def refusal_code(state_cls: type, op: str) -> Code:
@@ -82,9 +90,9 @@ async def test_every_state_and_operation(state_cls, op):
     p = Recorder()
     allowed = ALLOWED[state_cls].get(op)
     if allowed is None:
-        with pytest.raises(RPCError) as e:
+        with pytest.raises(ProcessError) as e:
             await apply(state_cls(), op, p)
-        assert e.value.code == refusal_code(state_cls, op)
+        assert to_rpc(e.value).code == refusal_code(state_cls, op)
         assert p.calls == []
         return
     next_cls, work = allowed
@@ -121,8 +129,8 @@ async def test_failed_restore_cold_starts_under_fallback():
 
 async def test_failed_restore_fails_start_under_strict():
     p = Recorder(RestorePolicy.STRICT, fail=True)
-    with pytest.raises(RPCError) as e:
+    with pytest.raises(ProcessError) as e:
         await st.CreatedFromArtifact().start(p)
-    assert e.value.code == Code.FAILED_PRECONDITION and "CRIU said no" in str(e.value)
+    assert to_rpc(e.value).code == Code.FAILED_PRECONDITION and "CRIU said no" in str(e.value)
     assert p.calls == ["do_restore"]
     assert p.restore_target.reported == [RestoreOutcome.FAILED]

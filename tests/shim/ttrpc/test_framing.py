@@ -17,8 +17,10 @@ def test_decoder_handles_byte_by_byte_and_batched_input():
     d = framing.Decoder()
     frames = [f for b in raw for f in d.feed(bytes([b]))]
     assert [(f.stream_id, f.type, f.data) for f in frames] == [
-        (1, 1, b"hello"), (3, 2, b""), (5, 1, b"x"),
-    ]  # fmt: skip
+        (1, 1, b"hello"),
+        (3, 2, b""),
+        (5, 1, b"x"),
+    ]
     assert [f.data for f in framing.Decoder().feed(raw)] == [b"hello", b"", b"x"]
 
 

@@ -61,8 +61,7 @@ async def test_handler_errors_become_statuses_and_server_survives(client):
         await client.call(SVC, "State", shim_pb2.StateRequest(id="boom"), shim_pb2.StateResponse)
     assert e.value.code == Code.INTERNAL and "handler bug" in e.value.message
     with pytest.raises(RPCError) as e:
-        await client.call(SVC, "State", shim_pb2.StateRequest(id="missing"),
-                          shim_pb2.StateResponse)  # fmt: skip
+        await client.call(SVC, "State", shim_pb2.StateRequest(id="missing"), shim_pb2.StateResponse)
     assert e.value.code == Code.NOT_FOUND
     r = await client.call(SVC, "State", shim_pb2.StateRequest(id="ok"), shim_pb2.StateResponse)
     assert r.id == "ok"
@@ -112,7 +111,7 @@ async def test_oversize_frame_answers_resource_exhausted(tmp_path):
             method="State",
             payload=shim_pb2.StateRequest(id="after").SerializeToString(),
         )
-        writer.write(framing.encode(3, 1, ok.SerializeToString()))  # fmt: skip
+        writer.write(framing.encode(3, 1, ok.SerializeToString()))
         statuses = []
         for _ in range(2):
             length, sid, _, _ = framing.HEADER.unpack(await reader.readexactly(10))
