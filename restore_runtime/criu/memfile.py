@@ -1,5 +1,5 @@
-"""The pages of large private anonymous mappings, moved out of CRIU's images into the
-artifact's memory file (api/memory.py), and the index checked against the images
+"""The pages of large anonymous mappings, private and shared, moved out of CRIU's images
+into the artifact's memory file (api/memory.py), and the index checked against the images
 before a restore trusts it.
 
 CRIU restores pages with one thread, at 1.6-2.0 GB/s on an H200 node; filling the same
@@ -10,10 +10,15 @@ zero-page pass then thins); CRIU restores those mappings empty and
 restore_runtime/memfill.py fills them. The memory file's own zero blocks become holes as it
 is hashed (artifact/hashing.py).
 
-Same rules as criu/sparse.py: only private anonymous mappings (a file mapping's absent page
-would read as the file, not as what is written later), only plain pagemaps (no parent
-pre-dump), images read and rewritten with pycriu. Writable ones only: process_vm_writev never
-writes a read-only page."""
+Shared anonymous memory and memfds (pinned host buffers, engines' IPC) move too: CRIU would
+restore them on its one thread (criu/shmem.py). Their pages go to the index at the address
+of one process that maps them writable; the fill writes them there, into the object every
+process of it shares.
+
+Same rules as criu/sparse.py: only anonymous memory (a file mapping's absent page would read
+as the file, not as what is written later), only plain pagemaps (no parent pre-dump), images
+read and rewritten with pycriu. Writable mappings only: process_vm_writev never writes a
+read-only page."""
 
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from pathlib import Path
 from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex, MemoryRange
 
 from ..holes import punch
-from . import sparse
+from . import shmem, sparse
 from .images import _pycriu_images
 
 PAGE = sparse.PAGE
@@ -48,14 +53,16 @@ class Split:
 
 @dataclass
 class _Plan:
-    """What moves out of one process's page file, and what stays."""
+    """What moves out of one page file (a process's, or a shared object's), and what stays."""
 
-    pid: str
+    pid: str  # the process the moved pages are written into
+    pagemap: Path
     pages: Path
     head: dict
     first: dict  # a pagemap entry, the shape write_pagemap copies
-    moved: list[tuple[int, int, int]]  # (vaddr, pages, index in the page file)
-    kept: list[tuple[int, int, int, int]]  # (vaddr, pages, index in the page file, flags)
+    moved: list[tuple[int, int, int]]  # (vaddr in pid, pages, index in the page file)
+    kept: list[tuple[int, int, int, int]]  # (pagemap's vaddr, pages, index, flags)
+    shared: bool = False
 
     @property
     def moved_bytes(self) -> int:
@@ -63,8 +70,9 @@ class _Plan:
 
 
 def split(images_dir: Path, artifact: Path, min_run_pages: int = MIN_RUN_PAGES) -> Split:
-    """Move the large runs of every process's writable private anonymous memory into
-    ``artifact/memory/``. Nothing is written when there is none.
+    """Move the large runs of every process's writable private anonymous memory, and of
+    every shared object a process maps writable, into ``artifact/memory/``. Nothing is
+    written when there is none.
 
     Without a copy of the bulk: the page file of the process with the most to move becomes
     the memory file by a rename (the index points into it where CRIU wrote each page), and
@@ -77,6 +85,7 @@ def split(images_dir: Path, artifact: Path, min_run_pages: int = MIN_RUN_PAGES) 
     plans = [
         p for pid in sparse.pids(images_dir) if (p := _plan(images, images_dir, pid, min_run_pages))
     ]
+    plans += _shared_plans(images, images_dir, min_run_pages)
     if not plans:
         return Split()
     plans.sort(key=lambda p: p.moved_bytes, reverse=True)
@@ -104,8 +113,9 @@ def split(images_dir: Path, artifact: Path, min_run_pages: int = MIN_RUN_PAGES) 
                 length = sparse.compact(f.fileno(), p.kept)
             os.truncate(p.pages, length)
     for p in plans:
-        sparse.write_pagemap(images, images_dir / f"pagemap-{p.pid}.img", p.head, p.kept, p.first)
-        _mark_huge(images, images_dir / f"mm-{p.pid}.img", p.moved)
+        sparse.write_pagemap(images, p.pagemap, p.head, p.kept, p.first)
+        if not p.shared:  # a shared object's huge pages are the tmpfs mount's to decide
+            _mark_huge(images, images_dir / f"mm-{p.pid}.img", p.moved)
     (artifact / MEMORY_INDEX).write_bytes(MemoryIndex(ranges=index).to_json())
     return Split(len(index), sum(r.length for r in index))
 
@@ -155,15 +165,37 @@ def _data_extents(fd: int) -> list[tuple[int, int]]:
 
 def _plan(images, images_dir: Path, pid: str, min_run: int) -> _Plan | None:
     ranges = sparse.anon_private_ranges(sparse.vmas(images, images_dir, pid), writable=True)
-    if not ranges or (plain := sparse.plain_pagemap(images, images_dir, pid)) is None:
+    pagemap = images_dir / f"pagemap-{pid}.img"
+    return _plan_pagemap(images, pagemap, pid, ranges, 0, min_run)
+
+
+def _shared_plans(images, images_dir: Path, min_run: int) -> list[_Plan]:
+    """A plan per shared object some process maps writable: the pages of the part that
+    process maps (at its offsets in the object), written there."""
+    plans = []
+    for shmid, w in shmem.windows(images, images_dir).items():
+        pagemap = images_dir / f"pagemap-shmem-{shmid}.img"
+        if pagemap.exists():
+            p = _plan_pagemap(images, pagemap, w.pid, [w.offsets], w.start - w.pgoff, min_run)
+            if p is not None:
+                p.shared = True
+                plans.append(p)
+    return plans
+
+
+def _plan_pagemap(images, pagemap: Path, pid: str, ranges: list[tuple[int, int]], shift: int,
+                  min_run: int) -> _Plan | None:  # fmt: skip
+    """What of ``pagemap``'s pages in ``ranges`` (its own addresses: a process's, or offsets
+    in a shared object) moves; a moved page at ``a`` belongs at ``a + shift`` of ``pid``."""
+    if not ranges or (plain := sparse.plain_pagemap(images, pagemap)) is None:
         return None
     head, entries = plain
-    pages = images_dir / f"pages-{head['pages_id']}.img"
+    pages = pagemap.parent / f"pages-{head['pages_id']}.img"
     if not pages.stat().st_size:
         return None
     moved: list[tuple[int, int, int]] = []
     kept: list[tuple[int, int, int, int]] = []
-    starts = {s for s, _ in ranges}
+    starts = {s + shift for s, _ in ranges}
     at = 0
     for e in entries:
         n, vaddr = e.get("nr_pages") or e["compat_nr_pages"], e["vaddr"]
@@ -171,10 +203,12 @@ def _plan(images, images_dir: Path, pid: str, min_run: int) -> _Plan | None:
         for i, j in sparse.spans(ranges, vaddr, n):
             if j - i >= min_run:
                 mask[i:j] = b"\x01" * (j - i)
-                _append_run(moved, (vaddr + i * PAGE, j - i, at + i), starts)
+                _append_run(moved, (vaddr + i * PAGE + shift, j - i, at + i), starts)
         kept += [(vaddr + i * PAGE, j - i, at + i, e["flags"]) for i, j in sparse.kept_runs(mask)]
         at += n
-    return _Plan(pid, pages, head, entries[0], moved, kept) if moved else None
+    if not moved:
+        return None
+    return _Plan(pid, pagemap, pages, head, entries[0], moved, kept)
 
 
 def _append_run(
@@ -223,14 +257,15 @@ def _copy(src: int, dst: int, offset: int, length: int, out: int) -> None:
 # -- restore: the index is tenant-reachable input until checked --------------------------
 def check_index(index: MemoryIndex, images_dir: Path, file_size: int) -> list[str]:
     """Why ``index`` cannot be filled into what CRIU restores from ``images_dir``: every
-    range page-aligned, inside ``pages.bin``, inside one writable private anonymous mapping
-    of a process of the images, no two overlapping in one process."""
+    range page-aligned, inside ``pages.bin``, inside one writable anonymous mapping (private,
+    or of a shared object) of a process of the images, no two overlapping in one process."""
     images = _pycriu_images()
     problems: list[str] = []
     mappings: dict[int, list[tuple[int, int]]] = {}
     for pid in sparse.pids(images_dir):
-        mappings[int(pid)] = sparse.anon_private_ranges(
-            sparse.vmas(images, images_dir, pid), writable=True
+        vmas = sparse.vmas(images, images_dir, pid)
+        mappings[int(pid)] = sorted(
+            sparse.anon_private_ranges(vmas, writable=True) + shmem.writable_shared_ranges(vmas)
         )
     by_pid: dict[int, list[tuple[int, int]]] = {}
     for k, r in enumerate(index.ranges):
@@ -242,7 +277,7 @@ def check_index(index: MemoryIndex, images_dir: Path, file_size: int) -> list[st
         elif r.pid not in mappings:
             problems.append(f"{where}: no such process in the images")
         elif not any(s <= r.vaddr and r.vaddr + r.length <= e for s, e in mappings[r.pid]):
-            problems.append(f"{where}: not inside one writable private anonymous mapping")
+            problems.append(f"{where}: not inside one writable anonymous mapping")
         else:
             by_pid.setdefault(r.pid, []).append((r.vaddr, r.vaddr + r.length))
     for pid, spans in by_pid.items():

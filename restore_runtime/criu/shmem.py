@@ -57,7 +57,7 @@ def windows(images, images_dir: Path) -> dict[int, Window]:
     file_inode = {
         e["id"]: e["memfd"]["inode_id"]
         for e in _entries(images, images_dir / "files.img")
-        if e.get("type") in ("MEMFD", 24) and "memfd" in e
+        if e.get("type") == "MEMFD" and "memfd" in e
     }
     out: dict[int, Window] = {}
     for pid in sparse.pids(images_dir):

@@ -120,15 +120,15 @@ def vmas(images, images_dir: Path, pid: str) -> list[dict]:
     return load(images, images_dir / f"mm-{pid}.img")[0].get("vmas", [])
 
 
-def plain_pagemap(images, images_dir: Path, pid: str) -> tuple[dict, list[dict]] | None:
+def plain_pagemap(images, pagemap: Path) -> tuple[dict, list[dict]] | None:
     """The pagemap's head and entries, or None when it has pages outside its page file
     (of a parent pre-dump): those are left as they are."""
-    head, *entries = load(images, images_dir / f"pagemap-{pid}.img")
+    head, *entries = load(images, pagemap)
     if any(
         e.get("flags", 0) & (PE_PARENT | PE_PRESENT) != PE_PRESENT or e.get("in_parent")
         for e in entries
     ):
-        log.info("pagemap-%s.img has pages outside its page file: left as it is", pid)
+        log.info("%s has pages outside its page file: left as it is", pagemap.name)
         return None
     return head, entries
 
@@ -140,7 +140,7 @@ def pids(images_dir: Path) -> list[str]:
 def _sparse_one(images, images_dir: Path, pid: str, total: Result) -> None:
     ranges = anon_private_ranges(vmas(images, images_dir, pid))
     pagemap = images_dir / f"pagemap-{pid}.img"
-    if (plain := plain_pagemap(images, images_dir, pid)) is None:
+    if (plain := plain_pagemap(images, pagemap)) is None:
         return
     head, entries = plain
     pages = images_dir / f"pages-{head['pages_id']}.img"

@@ -361,7 +361,7 @@ def restore(
 
 def _memory_index(artifact: Path, size: int) -> MemoryIndex:
     """The memory file's index, once hashed with the core files; refused unless every range
-    lies in a writable private anonymous mapping the images restore."""
+    lies in a writable anonymous mapping (private or shared) the images restore."""
     try:
         index = MemoryIndex.from_json((artifact / MEMORY_INDEX).read_bytes())
     except (OSError, ValueError) as e:

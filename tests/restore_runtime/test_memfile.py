@@ -1,10 +1,12 @@
 """The memory file (criu/memfile.py, memfill.py), with real CRIU (root).
 
 The workload (tests/workloads/big_heap.py) is a parent and a forked child with large private
-anonymous memory, part of it still shared copy-on-write between them, beside read-only,
-shared and file mappings. Its memory file restores bitwise the same as CRIU's own images, in
-both processes; an artifact without one (the old format) still restores. A tampered chunk, a
-truncated file or a hostile index is refused: the tree never runs and nothing is left.
+anonymous memory, part of it still shared copy-on-write between them, beside read-only and
+file mappings, and a shared anonymous mapping and a memfd that both map (pinned host buffers
+are such objects: the memory file carries them too, as one object each). Its memory file
+restores bitwise the same as CRIU's own images, in both processes; an artifact without one
+(the old format) still restores. A tampered chunk, a truncated file or a hostile index is
+refused: the tree never runs and nothing is left.
 """
 
 from __future__ import annotations
@@ -84,6 +86,9 @@ def test_a_memory_file_restores_both_processes_bitwise(dumped, tmp_path, cleanup
     allocated = (art / MEMORY_PAGES).stat().st_blocks * 512
     assert moved <= allocated <= moved + (1 << 20), (moved, allocated)
     assert _huge_marked(art, index), "the moved mappings are marked for huge pages"
+    shared = _shared_ranges(art, index)
+    assert sum(r.length for r in shared) == 6 << 20, "the shared mapping and the memfd moved"
+    assert len({r.pid for r in shared}) == 1, "each object is written through one process"
     rpid, report = restore_cli(art, tmp_path)
     cleanup_pids.append(rpid)
     assert report["outcome"] == "restored" and "fill" in report["timings"]
@@ -134,12 +139,32 @@ def test_a_mappings_run_is_one_range_of_the_index(dumped):
     assert max(r.length for r in index.ranges) > (1 << 20)
 
 
+def _shared_ranges(art: Path, index: MemoryIndex) -> list:
+    """The ranges that lie in a shared mapping; their objects' pages left CRIU's images."""
+    from restore_runtime.criu import shmem, sparse
+    from restore_runtime.criu.images import _pycriu_images
+
+    out = []
+    for r in index.ranges:
+        vmas = sparse.vmas(_pycriu_images(), art / "criu", str(r.pid))
+        if any(s <= r.vaddr < e for s, e in shmem.writable_shared_ranges(vmas)):
+            out.append(r)
+    for pagemap in (art / "criu").glob("pagemap-shmem-*.img"):
+        entries = sparse.load(_pycriu_images(), pagemap)[1:]
+        assert sum(e["nr_pages"] for e in entries) < 256, f"{pagemap.name} kept its pages"
+    return out
+
+
 def _huge_marked(art: Path, index: MemoryIndex) -> bool:
-    """Every mapping that holds a range carries MADV_HUGEPAGE in its image."""
+    """Every private mapping that holds a range carries MADV_HUGEPAGE in its image (a shared
+    object's huge pages are its mount's to decide)."""
     from restore_runtime.criu import sparse
     from restore_runtime.criu.images import _pycriu_images
 
+    shared = {id(r) for r in _shared_ranges(art, index)}
     for r in index.ranges:
+        if id(r) in shared:
+            continue
         vmas = sparse.vmas(_pycriu_images(), art / "criu", str(r.pid))
         vma = next(v for v in vmas if v["start"] <= r.vaddr < v["end"])
         if not vma.get("madv", 0) & 1 << memfile.MADV_HUGEPAGE:
@@ -199,12 +224,13 @@ def _rewrite_index(art: Path, ranges: list[dict]) -> None:
 
 
 def _other_mapping(art: Path, pid: int) -> dict:
-    """A mapping of ``pid`` that is not writable private anonymous memory."""
-    from restore_runtime.criu import sparse
+    """A mapping of ``pid`` that is neither writable anonymous memory nor a writable
+    shared object (the read-only mapping, a file's)."""
+    from restore_runtime.criu import shmem, sparse
     from restore_runtime.criu.images import _pycriu_images
 
     vmas = sparse.vmas(_pycriu_images(), art / "criu", str(pid))
-    ok = sparse.anon_private_ranges(vmas, writable=True)
+    ok = sparse.anon_private_ranges(vmas, writable=True) + shmem.writable_shared_ranges(vmas)
     return next(
         v for v in vmas if (v["start"], v["end"]) not in ok and v["end"] - v["start"] >= 8192
     )

@@ -6,9 +6,10 @@ mapping, so the rest is still shared copy-on-write with the parent's. An 8 MiB p
 anonymous mapping holds data in its first MiB and zeros written over the rest (dumped pages
 all the same, which the memory file punches out as holes). Beside them: a
 read-only private anonymous mapping with data (never filled from outside: it stays in CRIU's
-images), a shared anonymous mapping (CRIU dumps it apart) and a private mapping of a file
-with one page changed. Each process answers on its own port with ``heap=HEX map=HEX
-zeros=HEX ro=HEX shared=HEX file=HEX`` (digests of what it sees), which only a faithful
+images), a shared anonymous mapping and a memfd mapping (as pinned host buffers are: CRIU
+dumps both as shared objects, and the memory file carries them too), and a private mapping
+of a file with one page changed. Each process answers on its own port with ``heap=HEX map=HEX
+zeros=HEX ro=HEX shared=HEX memfd=HEX file=HEX`` (digests of what it sees), which only a faithful
 restore keeps.
 
     python big_heap.py HOST PORT FILE     (the child answers on PORT + 1)
@@ -48,6 +49,10 @@ def main() -> None:
         raise OSError("mprotect failed")
     shared = mmap.mmap(-1, 2 * MiB)  # MAP_SHARED | MAP_ANONYMOUS
     shared[:] = _pattern(2 * MiB, 4)
+    fd = os.memfd_create("pinned")
+    os.ftruncate(fd, 4 * MiB)
+    memfd = mmap.mmap(fd, 4 * MiB)  # MAP_SHARED
+    memfd[:] = _pattern(4 * MiB, 7)
     with open(path, "wb") as f:
         f.write(b"\x02" * (4 * 4096))
     with open(path, "r+b") as f:
@@ -66,6 +71,7 @@ def main() -> None:
                 "zeros": zeros,
                 "ro": ro,
                 "shared": shared,
+                "memfd": memfd,
                 "file": fmap,
             }
             line = " ".join(f"{k}={hashlib.sha256(v).hexdigest()[:16]}" for k, v in parts.items())
