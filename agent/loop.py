@@ -3,7 +3,8 @@
   through runc with the engine, into the artifact store; write Ready or Failed.
 - PodSnapshots being deleted: delete the artifact, then drop the finalizer.
 - restore pods: read the shim's restore report from the pod's control volume; set the pod
-  condition nvidia.com/Restored and record an Event with the phase timings.
+  condition nvidia.com/Restored and record an Event with the phase timings
+  (restore_reports.py).
 
 Checkpoints run on threads of their own (agent/slots.py): a bounded number at once, at most
 a fair share of them per namespace, one per pod, so the loop keeps answering and a workload
@@ -17,18 +18,16 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
 
 from api.crd import ARTIFACT_FINALIZER, PodSnapshot, PodSnapshotReasons
-from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S, RESTORE_REPORT
+from api.handshake import DEFAULT_HANDSHAKE_TIMEOUT_S
 from api.host import HostFingerprint
 from api.node import DEFAULT_CACHE_MAX_BYTES
 from api.paths import DEFAULT_RUNC_ROOT
-from api.report import RestoreReport
 from kubeclient import api as kube
 from kubeclient.watch import Source
 from kubeclient.workqueue import Key, Watched, meta
@@ -38,7 +37,6 @@ from restore_runtime.artifact.oci import OciRef, RegistryAccess
 from restore_runtime.artifact.pack import Signer, remove_stale_staging
 from restore_runtime.artifact.verify import load_manifest, manifest_digest
 from restore_runtime.compat import host_info
-from restore_runtime.control_files import read_control_file
 from restore_runtime.errors import SnapshotError
 from restore_runtime.executor.checkpoint import CheckpointRequest, CheckpointResult, checkpoint
 from restore_runtime.executor.recovery import Recovered, recover_interrupted
@@ -47,11 +45,11 @@ from restore_runtime.timing import phases_text
 
 from . import decisions as d
 from .metrics import AgentMetrics
+from .restore_reports import COMPONENT, RestoreReports
 from .signer_client import RemoteSigner
 from .slots import CheckpointSlots
 
 log = logging.getLogger("snapshot.agent")
-COMPONENT = "snapshot-agent"
 #: a pull's staging directory older than this is a killed pull's (pulls end in minutes)
 STALE_PULL_S = 3600.0
 #: the Event reason of a source that should serve on after its checkpoint but did not wake
@@ -100,6 +98,7 @@ class Agent:
         self._host: HostFingerprint | None = None
         #: what recover() gave back, by PodSnapshot uid, until its PodSnapshot is told
         self.recovered: dict[str | None, Recovered] = {}
+        self.restores = RestoreReports(api, self.metrics, cfg.node, cfg.kubelet_root)
 
     async def recover(self) -> None:
         """What a killed agent left: give back the sources of its checkpoints in flight
@@ -137,7 +136,7 @@ class Agent:
         else:
             pod = obj or await kube.read_pod(self.api, ns, name)
             if pod is not None:
-                await self.report_restore(pod)
+                await self.restores.report(pod)
 
     async def reconcile_snapshot(self, snap: PodSnapshot) -> None:
         if snap.metadata.uid in self.running:
@@ -385,36 +384,6 @@ class Agent:
         except SnapshotError as e:  # never hold a deletion hostage to a registry outage
             await self._event(snap.to_api(), "Warning", "ArtifactNotDeleted", str(e))
         await asyncio.to_thread(self.cache.remove, digest)
-
-    async def report_restore(self, pod: dict[str, Any]) -> None:
-        """The restore outcome of ``pod``, once its shim has written it (a later event of the
-        pod, its containers starting, brings it back here otherwise)."""
-        if not d.needs_restore_report(pod, self.cfg.node):
-            return
-        path = d.control_dir(self.cfg.kubelet_root, pod["metadata"]["uid"]) / RESTORE_REPORT
-        try:
-            report = RestoreReport.model_validate_json(read_control_file(path))
-        except FileNotFoundError:
-            return  # not started yet
-        except (ValueError, SnapshotError) as e:  # the pod's tenant controls this file
-            log.warning("unreadable restore report of pod %s/%s: %s",
-                        pod["metadata"]["namespace"], pod["metadata"]["name"], e)  # fmt: skip
-            return
-        await self.report(pod, report)
-
-    async def report(self, pod: dict[str, Any], report: RestoreReport) -> None:
-        cond = d.restored_condition(report)
-        self.metrics.restored(report.outcome.value, report.timings.get("total"))
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        meta = pod["metadata"]
-        # A strategic merge patch merges conditions by type and leaves the kubelet's alone.
-        await self.core.patch_namespaced_pod_status(
-            meta["name"], meta["namespace"], {"status": {"conditions": [cond.to_api(now)]}}
-        )
-        type_ = "Normal" if cond.status == "True" else "Warning"
-        await self._event({"apiVersion": "v1", "kind": "Pod", "metadata": meta}, type_,
-                          cond.reason, cond.message)  # fmt: skip
-        log.info("pod %s/%s: %s (%s)", meta["namespace"], meta["name"], cond.reason, cond.message)
 
     async def _event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         await kube.emit_event(self.api, obj, type_, reason, message, COMPONENT)
