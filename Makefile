@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv tools images test demo clean-node cluster cluster-smoke bench bench-shim bench-oci bench-webhook kind-smoke conformance lint fmt generate clean
+.PHONY: setup system venv tools images test demo clean-node cluster cluster-smoke bench bench-shim bench-oci bench-webhook bench-shm kind-smoke conformance lint fmt generate clean
 
 setup: system venv tools
 
@@ -87,6 +87,10 @@ bench-oci: setup
 
 bench-webhook: setup
 	$(PY) -m bench.webhook_load
+
+# restoring shared memory (pinned host buffers' kind): the memory file against CRIU alone
+bench-shm: setup
+	$(PY) -m bench.shared_memory
 
 # CRI conformance (critest) under runc and under snapshot, on containerd 1.7 and 2.x; ~35 min,
 # so not part of make test.
