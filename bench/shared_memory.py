@@ -2,8 +2,10 @@
 shared anonymous mapping and a memfd (an engine's pinned host buffers are such objects),
 checkpointed twice in one run: with the memory file carrying the shared objects (the
 default), and with ``--no-split-memory`` (CRIU restores every page itself, on one thread).
-Each artifact is restored RUNS times with ``snapshotctl restore``; the result gives both
-restores' phases, the bytes CRIU and the fill each wrote per second, and their ratio. Every
+Each artifact is restored RUNS times with ``snapshotctl restore`` and a fill ledger (the
+first restore hashes every chunk, the later ones trust it, as a node's later restores do);
+the result gives both restores' phases, the bytes CRIU and the fill each wrote per second
+(first and later restores), and their ratio. Every
 restore must answer with the digest the source gave.
 
     python -m bench.shared_memory [--mib 1024] [--runs 3] [--out bench/results]
@@ -66,8 +68,12 @@ def artifact(work: Path, mib: int, split: bool) -> tuple[Path, int, str, dict]:
 
 
 def restore(art: Path, port: int, digest: str, work: Path) -> dict:
-    pidfile = work / "restored.pid"
-    report = snapshotctl("restore", str(art), "--pidfile", str(pidfile))
+    """One restore; the node's ledger (a directory of this run's) lets every restore after
+    the first trust the chunks the first verified, as a node's later restores do."""
+    pidfile, ledger = work / "restored.pid", work / "ledger"
+    ledger.mkdir(mode=0o700, exist_ok=True)
+    report = snapshotctl("restore", str(art), "--pidfile", str(pidfile),
+                         "--fill-ledger-dir", str(ledger))  # fmt: skip
     pid = int(pidfile.read_text())
     try:
         if ask(port) != digest:
@@ -102,7 +108,8 @@ def main() -> int:
             print(key, json.dumps(result[key]), flush=True)
     mf, co = result["memory_file"], result["criu_only"]
     result["criu_only_gb_s"] = round(gb / co["criu_s"]["median"], 2)
-    result["fill_gb_s"] = round(gb / max(mf["fill_s"]["median"], 1e-6), 2)
+    result["fill_gb_s_hashing"] = round(gb / mf["fill_s"]["runs"][0], 2)
+    result["fill_gb_s_ledger"] = round(gb / min(mf["fill_s"]["runs"][1:] or [1e9]), 2)
     result["restore_ratio"] = round(co["restore_s"]["median"] / mf["restore_s"]["median"], 2)
     write_result(args.out, "shared-memory.json", result)
     print(json.dumps(result, indent=2))
