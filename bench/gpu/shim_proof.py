@@ -391,6 +391,9 @@ def main() -> int:
                          "(as the kubelet creates a pod's containers)")  # fmt: skip
     ap.add_argument("--engines", type=int, default=1,
                     help="the worker as a front process and N CUDA engine processes")  # fmt: skip
+    ap.add_argument("--pinned-gb", type=float, default=0.0,
+                    help="the worker also holds this much pinned host memory, as an engine's "
+                         "sleep mode keeps its weights (a shared mapping)")  # fmt: skip
     ap.add_argument(
         "--smoke",
         action="store_true",
@@ -402,7 +405,7 @@ def main() -> int:
     worker = [sys.executable, str(HERE / "worker.py"), "--port", str(args.port),
               "--layers", str(args.layers), "--width", str(args.width),
               "--heads", str(args.heads), "--kv-gb", str(args.kv_gb),
-              "--engines", str(args.engines)]  # fmt: skip
+              "--engines", str(args.engines), "--pinned-gb", str(args.pinned_gb)]  # fmt: skip
     if args.smoke:
         worker = [sys.executable, str(ROOT / "tests" / "workloads" / "counter_server.py"),
                   "0.0.0.0", str(args.port)]  # fmt: skip
@@ -414,7 +417,7 @@ def main() -> int:
     node = Containerd(Path(f"/dev/shm/snapshot-gpu-{uuid.uuid4().hex[:6]}"),
                       bin_dirs=[str(shim_bin(work))])  # fmt: skip
     model = {"layers": args.layers, "width": args.width, "heads": args.heads,
-             "kv_gb": args.kv_gb, "engines": args.engines,
+             "kv_gb": args.kv_gb, "engines": args.engines, "pinned_gb": args.pinned_gb,
              "params": args.engines * gpt_params(args.layers, args.width)}  # fmt: skip
     res: dict = {"command": " ".join(sys.argv), "machine": platform.node(), "ok": False,
                  "quiesce": args.quiesce, "shim": os.environ.get("SNAPSHOT_BUNDLE", "checkout"),

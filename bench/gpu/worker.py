@@ -18,8 +18,13 @@ processes (this file with --rank, each its own model, seeded by rank, on the one
 it over pipes. The digest is then the sha256 of the engines' digests, so a restore is correct
 only when every engine came back bitwise identical.
 
+With --pinned-gb G it also holds G GB of pinned host memory (``pin_memory=True``: a shared
+mapping the driver registers), filled with a pattern, as vLLM's sleep mode keeps its weights
+in; the digest then covers a sample of it (64 bytes of every MiB), so a restore that lost or
+zeroed it answers differently.
+
     python worker.py --port 8000 --layers 24 --width 2048 --kv-gb 16 [--api-port 8001]
-                     [--engines 2]
+                     [--engines 2] [--pinned-gb 8]
 """
 
 from __future__ import annotations
@@ -94,11 +99,15 @@ class Engine:
         self.kv_elems = int(args.kv_gb / max(args.engines, 1) * 2**30 / 2)
         self.kv: torch.Tensor | None = None
         self.allocate()
+        self.pinned = _pinned(getattr(args, "pinned_gb", 0.0), seed)
 
     def infer(self) -> str:
         with torch.inference_mode():
             out = self.fn(self.idx)
-            return hashlib.sha256(out.float().cpu().numpy().tobytes()).hexdigest()
+            h = hashlib.sha256(out.float().cpu().numpy().tobytes())
+            if self.pinned is not None:
+                h.update(self.pinned.view(-1, 1 << 20)[:, :64].contiguous().numpy().tobytes())
+            return h.hexdigest()
 
     def allocate(self) -> None:
         if self.kv_elems:
@@ -113,6 +122,21 @@ class Engine:
         self.kv = None
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
+
+
+def _pinned(gb: float, seed: int) -> torch.Tensor | None:
+    """``gb`` GB of pinned host memory with a pattern made on the GPU and copied over."""
+    if gb <= 0:
+        return None
+    mib = int(gb * 1e9) >> 20
+    host = torch.empty(mib << 20, dtype=torch.uint8, pin_memory=True)
+    gen = torch.Generator(device="cuda").manual_seed(100 + seed)
+    block = torch.randint(0, 256, (64 << 20,), dtype=torch.uint8, device="cuda", generator=gen)
+    for at in range(0, host.numel(), block.numel()):
+        n = min(block.numel(), host.numel() - at)
+        host[at : at + n].copy_(block[:n].roll(at >> 20))
+    torch.cuda.synchronize()
+    return host
 
 
 class Ranks:
@@ -130,6 +154,8 @@ class Ranks:
             str(args.kv_gb),
             "--engines",
             str(args.engines),
+            "--pinned-gb",
+            str(args.pinned_gb / max(args.engines, 1)),
         ]
         self.procs = [
             subprocess.Popen(
@@ -191,6 +217,7 @@ def main() -> None:
     ap.add_argument("--api-port", type=int, default=0, help="vLLM's sleep-mode endpoints")
     ap.add_argument("--engines", type=int, default=1, help="engine processes behind a front")
     ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
+    ap.add_argument("--pinned-gb", type=float, default=0.0, help="pinned host memory held")
     args = ap.parse_args()
     if args.rank >= 0:
         return engine_process(args)
