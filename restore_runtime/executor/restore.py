@@ -207,7 +207,8 @@ class Restore:
         target_ns = netns_path(req.netns) if req.netns else "/proc/self/ns/net"
         if manifest.network.external_netns:
             self.netns = target_ns
-            self.new_ips = global_addresses(target_ns)
+            with self.timer.step("addresses"):
+                self.new_ips = global_addresses(target_ns)
         mapping = rebind_map(manifest.network.pod_ips, self.new_ips)
         if mapping:
             with self.timer.step("rebind"):
