@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from bench.cpu import spread, write_result
 from devnode import free_port
+from devnode.probe import first_response
 from restore_runtime import procs, sandbox
 
 WORKLOAD = Path(__file__).resolve().parent / "workloads" / "shared_memory.py"
@@ -42,15 +42,7 @@ def snapshotctl(*args: str) -> dict:
 
 
 def ask(port: int, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-                return s.makefile().readline().strip()
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    return first_response("127.0.0.1", port, time.monotonic(), timeout)[1]
 
 
 def artifact(work: Path, mib: int, split: bool) -> tuple[Path, int, str, dict]:

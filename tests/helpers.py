@@ -18,6 +18,7 @@ import yaml
 from devnode import free_port
 from devnode.probe import first_response, parse
 from restore_runtime import sandbox
+from restore_runtime.executor.tree_access import CriuRestorer
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTER = ROOT / "tests" / "workloads" / "counter_server.py"
@@ -154,20 +155,12 @@ class BeforeTheTree(Exception):
     """What ``StopBeforeTree`` raises: the restore passed every check before the tree."""
 
 
-class StopBeforeTree:
+class StopBeforeTree(CriuRestorer):
     """A TreeRestorer that restores nothing: the engine's phases up to the tree's restore
     (verify, gates, stage, rebind) run alone, and the restore then ends as a failure would."""
 
-    def criu_version(self) -> str:
-        from restore_runtime.criu import runner
-
-        return runner.criu_version()
-
     def restore(self, images: Path, work: Path, netns: str | None) -> int:
         raise BeforeTheTree()
-
-    def discard(self) -> None:
-        return None
 
 
 def up_to_the_tree(req) -> None:

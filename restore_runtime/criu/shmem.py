@@ -21,8 +21,6 @@ from . import sparse
 VMA_FILE_SHARED = 1 << 7
 VMA_ANON_SHARED = 1 << 8
 VMA_AREA_MEMFD = 1 << 14
-MAP_SHARED = 0x01
-PROT_WRITE = 0x2
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,7 @@ class Window:
 def writable_shared(vma: dict) -> bool:
     st = vma["status"]
     shared = st & VMA_ANON_SHARED or (st & VMA_AREA_MEMFD and st & VMA_FILE_SHARED)
-    return bool(shared and st & sparse.VMA_AREA_REGULAR and vma.get("prot", 0) & PROT_WRITE)
+    return bool(shared and st & sparse.VMA_AREA_REGULAR and vma.get("prot", 0) & sparse.PROT_WRITE)
 
 
 def windows(images, images_dir: Path) -> dict[int, Window]:
