@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -83,7 +84,7 @@ class LeaderElector:
                     return
         finally:
             if release and self._seen is not None and self._seen[1] == self.identity:
-                with contextlib.suppress(ApiException, OSError, TimeoutError):
+                with contextlib.suppress(ApiException, aiohttp.ClientError, OSError, TimeoutError):
                     await asyncio.wait_for(self._release(), self.renew_deadline)
 
     # -- the Lease ---------------------------------------------------------------------------
@@ -112,12 +113,16 @@ class LeaderElector:
         return True
 
     async def _attempt(self, deadline: float) -> bool:
-        """One try to acquire or renew, given up (as failed) after ``deadline`` seconds."""
+        """One try to acquire or renew, given up (as failed) after ``deadline`` seconds or
+        when the connection fails: an API server restarting or a load balancer resetting
+        connections must cost a round, not the elector (and with it the component)."""
         try:
             return await asyncio.wait_for(self._try_acquire_or_renew(), deadline)
         except TimeoutError:
             log.warning("lease %s/%s: no answer within %gs", self.namespace, self.name, deadline)
-            return False
+        except (aiohttp.ClientError, OSError) as e:
+            log.warning("lease %s/%s: %s", self.namespace, self.name, e or type(e).__name__)
+        return False
 
     async def _try_acquire_or_renew(self) -> bool:
         try:

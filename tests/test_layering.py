@@ -15,6 +15,7 @@ import planted in a copy of the tree; the workload helper staying standard-libra
 from __future__ import annotations
 
 import ast
+import gc
 import shutil
 import sys
 from pathlib import Path
@@ -59,11 +60,23 @@ ALLOWED: dict[str, set[str]] = {
 SHIM_LAYERS = [{"ttrpc", "proto", "reaper"}, {"process"}, {"task"}, {"bootstrap", "__main__"}]
 
 
+def _parse(source: str) -> ast.Module:
+    """``ast.parse`` with the garbage collector held off. CPython before 3.11.8 (gh-106905)
+    keeps one AST recursion counter per interpreter: a finalizer that runs mid-parse and
+    formats a traceback (3.11's carets parse source too) makes the outer parse fail with
+    "AST constructor recursion depth mismatch". A task another test leaked is enough."""
+    gc.disable()
+    try:
+        return ast.parse(source)
+    finally:
+        gc.enable()
+
+
 def imports(path: Path, root: Path = ROOT) -> set[str]:
     """Absolute module names imported by a file (relative imports resolved)."""
     pkg = path.relative_to(root).with_suffix("").parts[:-1]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_parse(path.read_text())):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
