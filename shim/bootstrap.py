@@ -335,6 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     # engine's models load (10 ms of a restore's path): the shim uses none (set before
     # ``start`` forks its server, which inherits it)
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    # A containerd run by systemd (Type=notify, as its own unit file says) has NOTIFY_SOCKET
+    # set, and its shims inherit it. runc takes it as "proxy sd_notify for this container":
+    # it binds a socket under its state directory, whose path is too long for a socket with
+    # a CRI id in it, and every sandbox failed to start ("notify.sock: bind: invalid
+    # argument"). containerd's runc shim drops it from runc's environment the same way.
+    os.environ.pop("NOTIFY_SOCKET", None)
     try:
         node = NodeConfig.from_env()
     except NodeSettingError as e:  # containerd shows the shim's stderr: one line, no traceback
