@@ -57,20 +57,51 @@ def busybox_layer() -> bytes:
     return buf.getvalue()
 
 
-def write_oci_archive(path: Path, name: str, cmd: list[str]) -> None:
-    """An OCI image layout tar that ``ctr images import`` names ``name``."""
-    layer = busybox_layer()
+def file_layer(files: dict[str, Path], mode: int = 0o755) -> bytes:
+    """A layer of host files at the paths given (their directories made)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        dirs: set[str] = set()
+        for dst, src in sorted(files.items()):
+            parts = dst.split("/")
+            for n in range(1, len(parts)):
+                d = "/".join(parts[:n])
+                if d not in dirs:
+                    dirs.add(d)
+                    info = tarfile.TarInfo(d)
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    t.addfile(info)
+            info = t.gettarinfo(str(src), dst)
+            info.mode, info.uid, info.gid, info.uname, info.gname = mode, 0, 0, "root", "root"
+            with src.open("rb") as f:
+                t.addfile(info, f)
+    return buf.getvalue()
+
+
+def _add_file_blob(out: tarfile.TarFile, path: Path) -> tuple[str, int]:
+    """A large layer from a file, streamed (a root filesystem is hundreds of MB)."""
+    digest = hashlib.file_digest(path.open("rb"), "sha256").hexdigest()
+    info = out.gettarinfo(str(path), f"blobs/sha256/{digest}")
+    info.mode, info.uid, info.gid = 0o644, 0, 0
+    with path.open("rb") as f:
+        out.addfile(info, f)
+    return f"sha256:{digest}", info.size
+
+
+def write_archive(path: Path, name: str, layers: list[bytes | Path], config: dict) -> None:
+    """An OCI image layout tar of uncompressed ``layers`` (bytes, or a tar file's path) that
+    ``ctr images import`` (and so ``kind load image-archive``) names ``name``."""
     with tarfile.open(path, "w") as out:
-        layer_digest, layer_size = _blob(out, layer)
-        config = json.dumps(
+        blobs = [_add_file_blob(out, x) if isinstance(x, Path) else _blob(out, x) for x in layers]
+        config_data = json.dumps(
             {
                 "architecture": "amd64",
                 "os": "linux",
-                "config": {"Cmd": cmd, "Env": ["PATH=/bin"], "WorkingDir": "/"},
-                "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+                "config": config,
+                "rootfs": {"type": "layers", "diff_ids": [d for d, _ in blobs]},
             }
         ).encode()
-        config_digest, config_size = _blob(out, config)
+        config_digest, config_size = _blob(out, config_data)
         manifest = json.dumps(
             {
                 "schemaVersion": 2,
@@ -81,11 +112,8 @@ def write_oci_archive(path: Path, name: str, cmd: list[str]) -> None:
                     "size": config_size,
                 },
                 "layers": [
-                    {
-                        "mediaType": "application/vnd.oci.image.layer.v1.tar",
-                        "digest": layer_digest,
-                        "size": layer_size,
-                    }
+                    {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": d, "size": n}
+                    for d, n in blobs
                 ],
             }
         ).encode()
@@ -114,3 +142,10 @@ def write_oci_archive(path: Path, name: str, cmd: list[str]) -> None:
             info = tarfile.TarInfo(fname)
             info.size = len(data)
             out.addfile(info, io.BytesIO(data))
+
+
+def write_oci_archive(path: Path, name: str, cmd: list[str]) -> None:
+    """A busybox image running ``cmd``."""
+    write_archive(
+        path, name, [busybox_layer()], {"Cmd": cmd, "Env": ["PATH=/bin"], "WorkingDir": "/"}
+    )

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import OWNER_ENV, OWNER_FILE, iptables
+from . import OWNER_ENV, OWNER_FILE, docker, iptables
 from .cluster import API_IFACE
 from .containerd import CONTAINERD2
 
@@ -255,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     if p.live_owners:
         print(f"kept: what the live devnode runs {sorted(p.live_owners)} own", file=sys.stderr)
     if not args.dry_run:
+        if not p.live_owners:  # the kind smoke's Docker daemon, first: it removes its nodes
+            docker.sweep()
         sweep(p)
     return 0
 

@@ -24,9 +24,10 @@ criu_ok() {
 
 # procps: pgrep, which the tests use to find (and the teardown check for) leftover processes
 # mmdebstrap, skopeo, docker-registry: the project image without Docker, pushed to a
-# loopback registry (devnode's cluster); conntrack: kube-proxy's
+# loopback registry (devnode's cluster); conntrack: kube-proxy's; docker.io: kind's (the kind
+# smoke starts a private daemon of its own, devnode/docker.py)
 PKGS=(containerd runc iptables containernetworking-plugins busybox-static etcd-server
-      iproute2 procps python3-pycriu criu mmdebstrap skopeo docker-registry conntrack)
+      iproute2 procps python3-pycriu criu mmdebstrap skopeo docker-registry conntrack docker.io)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -71,10 +72,15 @@ if [[ "${VERSION_CODENAME}" == "bookworm" ]]; then
   dpkg-query -W tmux >/dev/null 2>&1 && EXTRA+=(tmux)
 fi
 log "installing: ${PKGS[*]}"
+# No service may start on install: a Docker daemon with its defaults rewrites the host's
+# iptables (FORWARD policy DROP), which the CNI tests would meet.
+printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+chmod 755 /usr/sbin/policy-rc.d
+trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 apt-get install -y -q -o Dpkg::Options::=--force-confold -t trixie \
   containerd runc iptables containernetworking-plugins busybox-static etcd-server iproute2 \
-  procps mmdebstrap skopeo docker-registry conntrack "${SID[@]}" "${EXTRA[@]}"
+  procps mmdebstrap skopeo docker-registry conntrack docker.io "${SID[@]}" "${EXTRA[@]}"
 # The distro services are not used: tests and the demo run private instances.
-systemctl disable --now containerd etcd docker-registry >/dev/null 2>&1 || true
+systemctl disable --now containerd etcd docker-registry docker docker.socket >/dev/null 2>&1 || true
 criu_ok || { echo "criu >= 4.2 not installed: $(criu --version 2>&1 | head -1)" >&2; exit 1; }
 log "done: $(criu --version | head -1), $(runc --version | head -1), containerd $(containerd --version | awk '{print $3}')"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from api import annotations as ann
 from devnode import free_port
 from devnode.probe import first_response, parse
 from restore_runtime import sandbox
@@ -178,3 +179,26 @@ def bound_node(store: Path):
     from restore_runtime.node import NodeContext
 
     return NodeContext.of(NodeConfig(store_root=store, signing_required=False, fill_ledger=False))
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cpu_demo" / "k8s"
+
+
+def example_manifest(name: str, image: str, **edits) -> str:
+    """examples/cpu_demo/k8s/NAME.yaml with the demo image where the user pushed it (the
+    README: "set image: to where you pushed it") and ``edits`` ("spec.replicas": 1)."""
+    text = (EXAMPLE / f"{name}.yaml").read_text()
+    doc = yaml.safe_load(text.replace("snapshot-cpu-demo:0.1", image))
+    for path, value in edits.items():
+        node = doc
+        *keys, last = path.split(".")
+        for k in keys:
+            node = node.setdefault(k, {})
+        node[last] = value
+    return yaml.safe_dump(doc)
+
+
+def restored_condition(pod: dict) -> dict | None:
+    """The pod's nvidia.com/Restored condition, once the agent has reported."""
+    conds = pod.get("status", {}).get("conditions", [])
+    return next((c for c in conds if c["type"] == ann.RESTORED_CONDITION), None)

@@ -31,17 +31,15 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from api import annotations as ann
 from devnode import chart, cluster, project_image, smoke_report
 from devnode.cri import Crictl
 from devnode.probe import ask_line, parse
 from tests.conftest import cluster_marks
-from tests.helpers import ask, shim_pids
+from tests.helpers import ask, example_manifest, restored_condition, shim_pids
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "cpu_demo" / "k8s"
 NS, RELEASE, SYSTEM = "demo", chart.RELEASE, chart.NAMESPACE
 PORT = 8080
 #: the Deployment's pods (the SnapshotJob's source pod has the same app label)
@@ -66,16 +64,9 @@ class Story:
 
     def apply_example(self, name: str, image: str | None = None, **edits) -> None:
         """``kubectl apply -f examples/cpu_demo/k8s/NAME.yaml``, with the demo image pushed
-        to this cluster's registry (the README: "set image: to where you pushed it")."""
-        text = (EXAMPLE / f"{name}.yaml").read_text()
-        doc = yaml.safe_load(text.replace("snapshot-cpu-demo:0.1", image or self.demo_image))
-        for path, value in edits.items():
-            node = doc
-            *keys, last = path.split(".")
-            for k in keys:
-                node = node.setdefault(k, {})
-            node[last] = value
-        self.kubectl("-n", NS, "apply", "-f", "-", input=yaml.safe_dump(doc))
+        to this cluster's registry."""
+        manifest = example_manifest(name, image or self.demo_image, **edits)
+        self.kubectl("-n", NS, "apply", "-f", "-", input=manifest)
 
     def helm(self, *args: str) -> str:
         p = chart.helm(*args, kubeconfig=self.c.api.kubeconfig)
@@ -90,8 +81,7 @@ class Story:
         return json.loads(out)["items"]
 
     def restored(self, pod: dict) -> dict | None:
-        return next((c for c in pod["status"].get("conditions", [])
-                     if c["type"] == ann.RESTORED_CONDITION), None)  # fmt: skip
+        return restored_condition(pod)
 
     def cri(self) -> Crictl:
         return Crictl(self.c.node.address, self.c.node.base)

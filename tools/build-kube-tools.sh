@@ -16,9 +16,11 @@ minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
 v=k8s.io/component-base/version
 ldflags="-s -w -X $v.gitVersion=${KUBE_VERSION} -X $v.gitMajor=1 -X $v.gitMinor=${minor} -X $v.gitTreeState=clean"
 # kube-apiserver for the control-plane tests; the kubelet, scheduler, controller-manager,
-# kube-proxy and kubectl for devnode's one-node cluster (the same release, from the same module pins)
-for cmd in kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy kubectl; do
+# kube-proxy and kubectl for devnode's one-node cluster; kubeadm for the kind node image (the
+# same release, from the same module pins)
+for cmd in kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy kubectl kubeadm; do
   ask=(--version); [[ $cmd == kubectl ]] && ask=(version --client)
+  [[ $cmd == kubeadm ]] && ask=(version -o short)
   # read the whole answer first: grep -q stops reading at its match, and under pipefail the
   # writer's SIGPIPE (kubectl prints two lines) would count as "not built" and rebuild it
   if [[ -x "$BIN/$cmd" ]] && [[ $("$BIN/$cmd" "${ask[@]}" 2>/dev/null) == *"${KUBE_VERSION}"* ]]; then
