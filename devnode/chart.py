@@ -9,7 +9,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import yaml
 
@@ -18,6 +18,15 @@ from devnode.cri import TOOLS_BIN
 
 if TYPE_CHECKING:
     from devnode.cluster import Cluster
+
+
+class Kubectl(Protocol):
+    """A cluster the chart's helpers can ask: devnode's, or a kind cluster."""
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess: ...
+
 
 HELM = TOOLS_BIN / "helm"
 CHART = Path(__file__).resolve().parent.parent / "charts" / "snapshot"
@@ -87,6 +96,12 @@ def install(c: Cluster, work: Path) -> Installed:
     values.write_text(
         yaml.safe_dump({**c.chart_values(), "image": {"repository": repo, "tag": tag}})
     )
+    install_release(c, values, c.api.kubeconfig)
+    return Installed(image, demo)
+
+
+def install_release(c: Kubectl, values: Path, kubeconfig: Path) -> None:
+    """``helm install`` with ``values``; returns once every component's pods are Ready."""
     p = helm(
         "install",
         RELEASE,
@@ -99,7 +114,7 @@ def install(c: Cluster, work: Path) -> Installed:
         "--wait",
         "--timeout",
         "5m",
-        kubeconfig=c.api.kubeconfig,
+        kubeconfig=kubeconfig,
     )
     if p.returncode != 0:
         raise RuntimeError(f"helm install: {p.stderr.strip()}\n{diagnose(c, NAMESPACE)}")
@@ -107,7 +122,6 @@ def install(c: Cluster, work: Path) -> Installed:
     # cannot start counts as rolled out (and so does `helm install --wait`)
     for component in ("signer", "agent", "webhook", "controller"):
         wait_ready(c, f"app.kubernetes.io/component={component}", 180)
-    return Installed(image, demo)
 
 
 def _ready(pod: dict) -> bool:
@@ -115,7 +129,7 @@ def _ready(pod: dict) -> bool:
     return any(k["type"] == "Ready" and k["status"] == "True" for k in conds)
 
 
-def wait_ready(c: Cluster, selector: str, timeout: float, namespace: str = NAMESPACE) -> None:
+def wait_ready(c: Kubectl, selector: str, timeout: float, namespace: str = NAMESPACE) -> None:
     """Until at least one pod matches ``selector`` and every one is Ready; on timeout the
     error carries each pod's state, events and last log lines."""
     deadline = time.monotonic() + timeout
@@ -131,7 +145,7 @@ def wait_ready(c: Cluster, selector: str, timeout: float, namespace: str = NAMES
     )
 
 
-def diagnose(c: Cluster, namespace: str, selector: str | None = None) -> str:
+def diagnose(c: Kubectl, namespace: str, selector: str | None = None) -> str:
     """What an operator would look at: each pod's containers' states, its events, and the
     last lines each of its containers logged."""
     sel = ["-l", selector] if selector else []

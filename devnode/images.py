@@ -58,9 +58,10 @@ def busybox_layer() -> bytes:
 
 
 def file_layer(files: dict[str, Path], mode: int = 0o755) -> bytes:
-    """A layer of host files at the paths given (their directories made)."""
+    """A reproducible layer of host files at the paths given, their directories made
+    (root-owned, fixed times: the same files are the same digest)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as t:
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
         dirs: set[str] = set()
         for dst, src in sorted(files.items()):
             parts = dst.split("/")
@@ -71,8 +72,8 @@ def file_layer(files: dict[str, Path], mode: int = 0o755) -> bytes:
                     info = tarfile.TarInfo(d)
                     info.type, info.mode = tarfile.DIRTYPE, 0o755
                     t.addfile(info)
-            info = t.gettarinfo(str(src), dst)
-            info.mode, info.uid, info.gid, info.uname, info.gname = mode, 0, 0, "root", "root"
+            info = tarfile.TarInfo(dst)
+            info.size, info.mode = src.stat().st_size, mode
             with src.open("rb") as f:
                 t.addfile(info, f)
     return buf.getvalue()

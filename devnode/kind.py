@@ -136,26 +136,7 @@ class KindCluster:
                 }
             )
         )
-        p = chart.helm(
-            "install",
-            chart.RELEASE,
-            str(chart.CHART),
-            "-n",
-            chart.NAMESPACE,
-            "--create-namespace",
-            "-f",
-            str(values),
-            "--wait",
-            "--timeout",
-            "5m",
-            kubeconfig=self.kubeconfig,
-        )
-        if p.returncode:
-            raise RuntimeError(
-                f"helm install: {p.stderr.strip()}\n{chart.diagnose(self, chart.NAMESPACE)}"
-            )
-        for component in ("signer", "agent", "webhook", "controller"):
-            chart.wait_ready(self, f"app.kubernetes.io/component={component}", 180)
+        chart.install_release(self, values, self.kubeconfig)
 
 
 @contextlib.contextmanager

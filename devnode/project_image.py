@@ -13,18 +13,17 @@ code change rebuilds only that layer.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from restore_runtime.artifact.hashing import file_sha256
 
+from .images import file_layer
 from .oci_registry import Registry
 
 REPO = Path(__file__).resolve().parent.parent
@@ -100,23 +99,7 @@ def base_layer(name: str) -> Path:
 
 def code_layer(s: ImageSpec) -> bytes:
     """A reproducible tar of the checkout's files (root-owned, fixed times)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
-        dirs: set[str] = set()
-        for dst, src in sorted(s.files.items()):
-            parts = dst.split("/")
-            for i in range(1, len(parts)):
-                d = "/".join(parts[:i])
-                if d not in dirs:
-                    dirs.add(d)
-                    info = tarfile.TarInfo(d)
-                    info.type, info.mode = tarfile.DIRTYPE, 0o755
-                    t.addfile(info)
-            data = src.read_bytes()
-            info = tarfile.TarInfo(dst)
-            info.size, info.mode = len(data), 0o644
-            t.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return file_layer(s.files, mode=0o644)
 
 
 def _sha256_file(path: Path) -> str:

@@ -198,6 +198,18 @@ def example_manifest(name: str, image: str, **edits) -> str:
     return yaml.safe_dump(doc)
 
 
+def one_replica_named(name: str, **edits) -> dict:
+    """The edits that make the example Deployment a second one of its own: ``name``, one
+    replica, its own app label (so its pod is told apart from the first's)."""
+    return {
+        "metadata.name": name,
+        "spec.replicas": 1,
+        "spec.selector.matchLabels.app": name,
+        "spec.template.metadata.labels.app": name,
+        **edits,
+    }
+
+
 def restored_condition(pod: dict) -> dict | None:
     """The pod's nvidia.com/Restored condition, once the agent has reported."""
     conds = pod.get("status", {}).get("conditions", [])

@@ -37,7 +37,7 @@ from devnode import chart, cluster, project_image, smoke_report
 from devnode.cri import Crictl
 from devnode.probe import ask_line, parse
 from tests.conftest import cluster_marks
-from tests.helpers import ask, example_manifest, restored_condition, shim_pids
+from tests.helpers import ask, example_manifest, one_replica_named, restored_condition, shim_pids
 
 ROOT = Path(__file__).resolve().parent.parent
 NS, RELEASE, SYSTEM = "demo", chart.RELEASE, chart.NAMESPACE
@@ -303,15 +303,7 @@ def test_5_a_tampered_artifact_cold_starts_under_fallback_and_fails_under_strict
         f.seek(4096)
         f.write(bytes([b[0] ^ 0xFF]))
 
-    story.apply_example(
-        "deployment",
-        **{
-            "metadata.name": "tampered",
-            "spec.replicas": 1,
-            "spec.selector.matchLabels.app": "tampered",
-            "spec.template.metadata.labels.app": "tampered",
-        },
-    )
+    story.apply_example("deployment", **one_replica_named("tampered"))
     pod = wait_for(
         "the fallback report",
         lambda: next((p for p in story.pods("app=tampered") if story.restored(p)), None),
@@ -326,12 +318,11 @@ def test_5_a_tampered_artifact_cold_starts_under_fallback_and_fails_under_strict
     assert ask(ip, PORT, timeout=120)["digest"] == story.digest  # cold, and correct
     figures["fallback_ok"] = True
 
-    strict = {"metadata.name": "strict", "spec.replicas": 1,
-              "spec.selector.matchLabels.app": "strict",
-              "spec.template.metadata.labels.app": "strict",
-              "spec.template.metadata.annotations": {ann.RESTORE_FROM: "cpu-demo",
-                                                     ann.RESTORE_POLICY: "strict"}}  # fmt: skip
-    story.apply_example("deployment", **strict)
+    policy = {ann.RESTORE_FROM: "cpu-demo", ann.RESTORE_POLICY: "strict"}
+    story.apply_example(
+        "deployment",
+        **one_replica_named("strict", **{"spec.template.metadata.annotations": policy}),
+    )
     pod = wait_for(
         "the strict failure",
         lambda: next((p for p in story.pods("app=strict") if story.restored(p)), None),
@@ -375,14 +366,7 @@ def test_6_deleting_the_podsnapshot_deletes_the_artifact_and_uninstall_keeps_con
     assert not Path(values["shimPrefix"]).exists()
     # the node's containerd still runs pods (under runc: the RuntimeClass went with the chart)
     story.apply_example(
-        "deployment",
-        **{
-            "metadata.name": "plain",
-            "spec.replicas": 1,
-            "spec.selector.matchLabels.app": "plain",
-            "spec.template.metadata.labels.app": "plain",
-            "spec.template.metadata.annotations": {},
-        },
+        "deployment", **one_replica_named("plain", **{"spec.template.metadata.annotations": {}})
     )
     story.kubectl("-n", NS, "rollout", "status", "deployment/plain", "--timeout=180s")
     assert story.cri().run("version").returncode == 0

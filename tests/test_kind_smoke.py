@@ -26,7 +26,7 @@ import pytest
 
 from devnode import chart, docker, kind, kind_node, project_image
 from devnode.probe import parse
-from tests.helpers import example_manifest, restored_condition
+from tests.helpers import example_manifest, one_replica_named, restored_condition
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "kind-smoke.json"
@@ -34,6 +34,9 @@ NS, PORT = "demo", 8080
 REPLICAS = "app=cpu-demo,pod-template-hash"
 
 pytestmark = [
+    pytest.mark.kind,
+    pytest.mark.root,
+    pytest.mark.slow,
     pytest.mark.skipif(docker.missing() is not None, reason=docker.missing() or ""),
     pytest.mark.skipif(kind_node.missing() is not None, reason=kind_node.missing() or ""),
     pytest.mark.skipif(project_image.missing() is not None, reason=project_image.missing() or ""),
@@ -167,15 +170,7 @@ f=$(find {art} -name 'pages-*.img' -printf '%s %p\\n' | sort -n | tail -1 | cut 
 b=$(dd if="$f" bs=1 skip=4096 count=1 2>/dev/null | od -An -tu1 | tr -d ' ')
 printf "$(printf '\\\\%03o' $((b ^ 255)))" | dd of="$f" bs=1 seek=4096 conv=notrunc 2>/dev/null
 echo "$f" """).strip()
-    smoke.apply_example(
-        "deployment",
-        **{
-            "metadata.name": "tampered",
-            "spec.replicas": 1,
-            "spec.selector.matchLabels.app": "tampered",
-            "spec.template.metadata.labels.app": "tampered",
-        },
-    )
+    smoke.apply_example("deployment", **one_replica_named("tampered"))
     pod = wait_for(
         "the fallback report",
         lambda: next((p for p in smoke.pods("app=tampered") if restored_condition(p)), None),
