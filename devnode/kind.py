@@ -35,17 +35,15 @@ REGISTRY = "snapshot.local"
 def config(image: NodeImage) -> dict:
     """kind's cluster configuration: the local node image, the image's bridge CNI instead of
     kindnet, no DNS addon, and a kubelet that runs on cgroup v1 hosts (Kubernetes 1.35 and
-    later refuse v1 unless told) with the cgroupfs driver."""
+    later refuse v1 unless told). The cgroup driver stays kind's (systemd, kubeadm's default),
+    which devnode's cluster (cgroupfs) does not cover."""
     return {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
         "networking": {"disableDefaultCNI": True, "podSubnet": POD_SUBNET},
         "nodes": [{"role": "control-plane", "image": image.ref}],
         "kubeadmConfigPatches": [
-            yaml.safe_dump(
-                # cgroupfs: the node image's containerd is set so (devnode/kind_node.py)
-                {"kind": "KubeletConfiguration", "failCgroupV1": False, "cgroupDriver": "cgroupfs"}
-            ),
+            yaml.safe_dump({"kind": "KubeletConfiguration", "failCgroupV1": False}),
             # kind skips preflight there itself: a patch replaces the whole list
             yaml.safe_dump(
                 {"kind": "InitConfiguration", "skipPhases": ["preflight", "addon/coredns"]}

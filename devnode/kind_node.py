@@ -92,10 +92,6 @@ product=/kind/bin/mount-product-files.sh
 hook=".hooks.createContainer[.hooks.createContainer|length] |= . + {\\"path\\": \\"$product\\"}"
 ctr oci spec | jq "$hook" | jq 'del(.process.rlimits)' > /etc/containerd/cri-base.json
 sed -i "s|sandbox_image = .*|sandbox_image = \\"$1\\"|" /etc/containerd/config.toml
-# cgroupfs, as the kubelet is told (devnode/kind.py): on a cgroup v1 host, the node's systemd
-# (Debian 13's 257, which deprecates v1) cannot place pods (runc: "can't get final child's
-# PID from pipe")
-sed -i "s|SystemdCgroup = true|SystemdCgroup = false|" /etc/containerd/config.toml
 # a host without CAP_SYS_RESOURCE in its bounding set (some VMs and CI sandboxes) cannot give
 # a pod a lower oom_score_adj than its node's (runc: "failed to update oom_score_adj"), as
 # under rootless Docker, for which kind's config has this switch

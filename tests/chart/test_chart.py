@@ -459,3 +459,20 @@ def test_a_push_secret_stays_in_the_agent_container():
 
     for o in chart.render(set_values=values):
         kubernetes_validate.validate(o, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_the_agent_sees_the_hosts_systemd():
+    """runc checkpoints a container of the systemd cgroup driver (kubeadm's default, and
+    kind's) only where it sees systemd: without /run/systemd, every checkpoint on such a node
+    failed with "systemd not running on this host" (found by the kind smoke, which now runs
+    that driver). Read-only, and created empty on a host without systemd."""
+    (agent,) = by_kind(chart.render())["DaemonSet"]
+    spec = agent["spec"]["template"]["spec"]
+    main = next(c for c in spec["containers"] if c["name"] == "agent")
+    assert {"name": "systemd", "mountPath": "/run/systemd", "readOnly": True} in main[
+        "volumeMounts"
+    ]
+    assert {
+        "name": "systemd",
+        "hostPath": {"path": "/run/systemd", "type": "DirectoryOrCreate"},
+    } in spec["volumes"]
