@@ -27,7 +27,8 @@ criu_ok() {
 # loopback registry (devnode's cluster); conntrack: kube-proxy's; docker.io: kind's (the kind
 # smoke starts a private daemon of its own, devnode/docker.py)
 PKGS=(containerd runc iptables containernetworking-plugins busybox-static etcd-server
-      iproute2 procps python3-pycriu criu mmdebstrap skopeo docker-registry conntrack docker.io)
+      iproute2 procps python3-pycriu criu mmdebstrap skopeo docker-registry conntrack docker.io
+      docker-cli)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -79,7 +80,11 @@ chmod 755 /usr/sbin/policy-rc.d
 trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 apt-get install -y -q -o Dpkg::Options::=--force-confold -t trixie \
   containerd runc iptables containernetworking-plugins busybox-static etcd-server iproute2 \
-  procps mmdebstrap skopeo docker-registry conntrack docker.io "${SID[@]}" "${EXTRA[@]}"
+  procps mmdebstrap skopeo docker-registry conntrack "${SID[@]}" "${EXTRA[@]}"
+# Docker for kind, without its recommends (needrestart, which hooks into every later apt run;
+# apparmor; git; perl): the daemon and the CLI only
+apt-get install -y -q --no-install-recommends -o Dpkg::Options::=--force-confold -t trixie \
+  docker.io docker-cli
 # The distro services are not used: tests and the demo run private instances.
 systemctl disable --now containerd etcd docker-registry docker docker.socket >/dev/null 2>&1 || true
 criu_ok || { echo "criu >= 4.2 not installed: $(criu --version 2>&1 | head -1)" >&2; exit 1; }
