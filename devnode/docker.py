@@ -48,12 +48,14 @@ class Docker:
     """The docker CLI against one daemon."""
 
     host: str
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.env = {**os.environ, "DOCKER_HOST": self.host}
 
-    def run(self, *args: str, check: bool = True, input: bytes | None = None, timeout=600):
+    def run(
+        self, *args: str, check: bool = True, input: bytes | None = None, timeout: float = 600
+    ) -> subprocess.CompletedProcess:
         p = subprocess.run(
             ["docker", *args], env=self.env, input=input, capture_output=True, timeout=timeout
         )
