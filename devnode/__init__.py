@@ -4,6 +4,7 @@ for the demo and the integration tests. Nothing here is part of the product."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -72,3 +73,23 @@ def stop_process(p: subprocess.Popen, timeout: float) -> None:
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
+
+
+def mount_points() -> list[str]:
+    """Every mount point of this mount namespace."""
+    return [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()]
+
+
+def unmount_under(*roots: str | Path) -> None:
+    """Every mount at or under ``roots``, deepest first, lazily (a killed process leaves its
+    overlay and namespace mounts busy)."""
+    tops = [str(r) for r in roots]
+    under = [m for m in mount_points() if any(m == t or m.startswith(f"{t}/") for t in tops)]
+    for target in sorted(under, key=len, reverse=True):
+        subprocess.run(["umount", "-l", target], capture_output=True)
+
+
+def links() -> list[dict]:
+    """This network namespace's links, as ``ip -j link`` gives them."""
+    p = subprocess.run(["ip", "-j", "link"], capture_output=True, text=True)
+    return json.loads(p.stdout or "[]") if p.returncode == 0 else []

@@ -78,6 +78,19 @@ def render_text(
 RELEASE, NAMESPACE = "snapshot", "snapshot-system"
 
 
+def one_node_values(signer_ip: str, **agent) -> dict:
+    """Helm values for a cluster of one node, with no DNS for Services: the node is the
+    control plane's too (the chart's defaults keep the control plane off restore nodes), and
+    agents reach the signer at the fixed ClusterIP ``signer_ip``. ``agent``: this node's
+    paths."""
+    return {
+        "agent": {**agent, "readyBesideControlPlane": True},
+        "signer": {"clusterIP": signer_ip, "affinity": None, "replicas": 1},
+        "controller": {"affinity": None},
+        "webhook": {"affinity": None},
+    }
+
+
 @dataclass(frozen=True)
 class Installed:
     image: str  # the project image the chart runs

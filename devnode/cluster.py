@@ -26,7 +26,7 @@ import yaml
 
 from restore_runtime.mounts import propagation_problem
 
-from . import apiserver, claim, free_port, iptables, oci_registry, stop_process, wait_until
+from . import apiserver, chart, claim, free_port, iptables, oci_registry, stop_process, wait_until
 from .containerd import Containerd
 from .cri import TOOLS_BIN
 from .oci_registry import Registry
@@ -103,25 +103,17 @@ class Cluster:
 
     def chart_values(self) -> dict:
         """Helm values that fit this node's paths (the rest are the chart's defaults)."""
-        return {
-            "agent": {
-                "containerdConfig": str(self.node.base / "config.toml"),
-                "containerdRestartCommand": self.restart_containerd,
-                "containerdStateDir": str(self.node.base / "state"),
-                "containerdRootDir": str(self.node.base / "root"),
-                "shimPrefix": str(self.node.base / "opt/snapshot"),
-                "shimBinDir": str(self.shim_bin_dir),
-                "artifactStore": str(self.node.store),
-                "kubeletRoot": str(self.kubelet_root),
-                # one node: the control plane's too
-                "readyBesideControlPlane": True,
-            },
-            # no DNS for Services here: agents reach the signer at a fixed ClusterIP; and this
-            # one node is the "GPU" node, where the chart's defaults keep the control plane off
-            "signer": {"clusterIP": SIGNER_IP, "affinity": None, "replicas": 1},
-            "controller": {"affinity": None},
-            "webhook": {"affinity": None},
-        }
+        return chart.one_node_values(
+            SIGNER_IP,
+            containerdConfig=str(self.node.base / "config.toml"),
+            containerdRestartCommand=self.restart_containerd,
+            containerdStateDir=str(self.node.base / "state"),
+            containerdRootDir=str(self.node.base / "root"),
+            shimPrefix=str(self.node.base / "opt/snapshot"),
+            shimBinDir=str(self.shim_bin_dir),
+            artifactStore=str(self.node.store),
+            kubeletRoot=str(self.kubelet_root),
+        )
 
 
 def kubelet_config(node: Containerd, port: int, healthz: int) -> dict:

@@ -16,7 +16,6 @@ CI runner, say)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -24,6 +23,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import links, mount_points, stop_process, unmount_under, wait_until
 
 CACHE = Path(os.environ.get("SNAPSHOT_KIND_CACHE", "/var/cache/snapshot-tools/kind"))
 RUN = Path("/run/snapshot-docker")
@@ -71,12 +72,12 @@ class Docker:
 
     def names(self, what: str) -> set[str]:
         """Containers (every state) or networks, by name."""
-        args = ["ps", "-a"] if what == "containers" else ["network", "ls"]
-        return set(
-            self.out(
-                *args, "--format", "{{.Names}}" if what == "containers" else "{{.Name}}"
-            ).split()
-        )
+        command, fmt = _LISTS[what]
+        return set(self.out(*command, "--format", fmt).split())
+
+
+#: what lists each kind of object, and its name's field
+_LISTS = {"containers": (["ps", "-a"], "{{.Names}}"), "networks": (["network", "ls"], "{{.Name}}")}
 
 
 def _containerd_config() -> str:
@@ -93,35 +94,6 @@ def _containerd_config() -> str:
     )
 
 
-def _wait_for(what: str, ready, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not start: {log.read_text()[-2000:]}")
-        time.sleep(0.2)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _unmount_under(*roots: Path) -> None:
-    """What the daemon left mounted under its directories (a killed one leaves netns and
-    overlay mounts), deepest first."""
-    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    for p in sorted(
-        (p for p in points if any(p.startswith(f"{r}/") or p == str(r) for r in roots)),
-        reverse=True,
-    ):
-        subprocess.run(["umount", "-l", p], capture_output=True)
-
-
 def _remove_all(docker: Docker) -> None:
     """Every container and network of the private daemon: it only ever runs kind's nodes,
     and one still there is an interrupted run's."""
@@ -131,6 +103,17 @@ def _remove_all(docker: Docker) -> None:
     docker.run("network", "prune", "-f")
 
 
+def _ours(pidfile: Path) -> int | None:
+    """The PID in ``pidfile`` if that process is still one this module started (its command
+    line names the private directories), not a later process that got its number."""
+    try:
+        pid = int(pidfile.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if str(RUN).encode() in cmdline else None
+
+
 def sweep() -> None:
     """What an interrupted run left: its kind nodes (while the private daemon still answers),
     the daemon and its containerd, and their mounts."""
@@ -138,11 +121,15 @@ def sweep() -> None:
         with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
             _remove_all(Docker(f"unix://{SOCKET}"))
     for pidfile in (RUN / "dockerd.pid", RUN / "containerd.pid"):
-        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
-            os.kill(int(pidfile.read_text()), signal.SIGTERM)
-            time.sleep(2)
-            os.kill(int(pidfile.read_text()), signal.SIGKILL)
-    _unmount_under(RUN, CACHE / "docker", CACHE / "containerd")
+        if (pid := _ours(pidfile)) is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+                deadline = time.monotonic() + 30
+                while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                os.kill(pid, signal.SIGKILL)
+        pidfile.unlink(missing_ok=True)
+    unmount_under(RUN, CACHE / "docker", CACHE / "containerd")
 
 
 @contextlib.contextmanager
@@ -166,7 +153,7 @@ def daemon() -> Iterator[Docker]:
     (RUN / "containerd.pid").write_text(f"{ctrd.pid}\n")
     dockerd = None
     try:
-        _wait_for("containerd", (RUN / "containerd.sock").exists, ctrd, logs[0])
+        wait_until((RUN / "containerd.sock").exists, [ctrd], "containerd", logs[0], 60)
         with logs[1].open("w") as log:
             dockerd = subprocess.Popen(
                 [
@@ -194,16 +181,20 @@ def daemon() -> Iterator[Docker]:
                 env={**os.environ, "PATH": f"{os.environ['PATH']}:/usr/sbin:/sbin"},
             )
         docker = Docker(f"unix://{SOCKET}")
-        _wait_for(
-            "dockerd", lambda: docker.run("info", check=False).returncode == 0, dockerd, logs[1]
+        wait_until(
+            lambda: docker.run("info", check=False).returncode == 0,
+            [dockerd],
+            "dockerd",
+            logs[1],
+            60,
         )
         _remove_all(docker)  # a node the daemon restarted (its run was killed with it)
         yield docker
     finally:
         if dockerd is not None:
-            _stop(dockerd)
-        _stop(ctrd)
-        _unmount_under(RUN, CACHE / "docker", CACHE / "containerd")
+            stop_process(dockerd, 60)
+        stop_process(ctrd, 60)
+        unmount_under(RUN, CACHE / "docker", CACHE / "containerd")
 
 
 @dataclass(frozen=True)
@@ -225,13 +216,8 @@ class Census:
                     table = line[1:]
                 elif line.startswith(":"):
                     chains.add(f"{cmd[:-5]} {table} {line[1:].split()[0]}")
-        links = json.loads(
-            subprocess.run(["ip", "-j", "link"], capture_output=True, text=True).stdout or "[]"
-        )
-        mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-        return cls(
-            frozenset(chains), frozenset(link["ifname"] for link in links), frozenset(mounts)
-        )
+        names = frozenset(link["ifname"] for link in links())
+        return cls(frozenset(chains), names, frozenset(mount_points()))
 
     def counts(self) -> dict[str, int]:
         return {

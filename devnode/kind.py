@@ -122,17 +122,9 @@ class KindCluster:
         """The README's helm install, with the image loaded into the node."""
         repo, tag = image.rsplit(":", 1)
         values = work / "kind-values.yaml"
+        image_values = {"repository": repo, "tag": tag, "pullPolicy": "Never"}
         values.write_text(
-            yaml.safe_dump(
-                {
-                    "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
-                    # one node: the control plane's too
-                    "agent": {"readyBesideControlPlane": True},
-                    "signer": {"clusterIP": SIGNER_IP, "affinity": None, "replicas": 1},
-                    "controller": {"affinity": None},
-                    "webhook": {"affinity": None},
-                }
-            )
+            yaml.safe_dump({**chart.one_node_values(SIGNER_IP), "image": image_values})
         )
         chart.install_release(self, values, self.kubeconfig)
 

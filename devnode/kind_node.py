@@ -46,6 +46,8 @@ POD_SUBNET = "10.244.0.0/16"
 #: the node's pods (one node: its podCIDR is the first /24 of the pod subnet)
 NODE_POD_CIDR = "10.244.0.0/24"
 CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+#: what the image takes from the tools cache (tools/build-*.sh)
+TOOLS = ("kubeadm", "kubelet", "kubectl", "crictl", "kind-etcd", "kube-proxy", *CONTROL_PLANE)
 BRIDGE = {
     "cniVersion": "1.0.0",
     "name": "kind-bridge",
@@ -117,7 +119,7 @@ def kube_version() -> str:
 
 def missing() -> str | None:
     """Why the node image cannot be built here, or None."""
-    for tool in ("kind", "kubeadm", "kubelet", "kubectl", "crictl", "kind-etcd"):
+    for tool in ("kind", *TOOLS):
         if not (TOOLS_BIN / tool).exists():
             return f"{TOOLS_BIN / tool} is missing (make tools builds it)"
     if not (CONTAINERD2 / "usr/bin/containerd").exists():
@@ -178,9 +180,14 @@ def _debian_rootfs(out: Path, packages: str, *hooks: str) -> None:
     )
 
 
-def _image_archives(work: Path, images: dict[str, str]) -> list[Path]:
-    """The node's images as OCI archives."""
-    out, busybox, path_env = [], busybox_layer(), "PATH=/usr/local/bin:/usr/sbin:/usr/bin:/bin"
+def _image_archives(work: Path, images: dict[str, str]) -> Path:
+    """The node's images as OCI archives, in a directory of their own."""
+    out, busybox, path_env = (
+        work / "images",
+        busybox_layer(),
+        "PATH=/usr/local/bin:/usr/sbin:/usr/bin:/bin",
+    )
+    out.mkdir()
     proxy_base = work / "proxy-rootfs.tar"
     _debian_rootfs(proxy_base, PROXY_PACKAGES)
     layers: dict[str, list[bytes | Path]] = {
@@ -193,10 +200,9 @@ def _image_archives(work: Path, images: dict[str, str]) -> list[Path]:
     ]
     layers["etcd"] = [busybox, file_layer({"usr/local/bin/etcd": TOOLS_BIN / "kind-etcd"})]
     for name, layer in layers.items():
-        out.append(work / f"{name}.tar")
-        write_archive(out[-1], images[name], layer, {"Env": [path_env]})
-    out.append(work / "pause.tar")
-    write_oci_archive(out[-1], images["pause"], ["sleep", "2147483647"])
+        write_archive(out / f"{name}.tar", images[name], layer, {"Env": [path_env]})
+    write_oci_archive(out / "pause.tar", images["pause"], ["sleep", "2147483647"])
+    proxy_base.unlink()
     return out
 
 
@@ -233,12 +239,12 @@ def _stage(work: Path, version: str) -> Path:
 
 
 def inputs_digest(version: str) -> str:
-    """What the image is made of: a new kind, Kubernetes, containerd, etcd, or this file is a
-    new image."""
+    """What the image is made of: a new kind, Kubernetes, containerd, etcd, crictl, or one of
+    the two files that build it is a new image."""
     h = hashlib.sha256(Path(__file__).read_bytes())
     h.update(Path(__file__).with_name("images.py").read_bytes())
-    h.update(f"{kind_version()} {version} {NODE_PACKAGES}".encode())
-    for b in ("crictl", "kind-etcd", "kubelet", "kubeadm"):
+    h.update(f"{kind_version()} {version}".encode())
+    for b in TOOLS:  # rebuilt only for a new version (tools/build-*.sh)
         h.update(f"{b} {(TOOLS_BIN / b).stat().st_size} {(TOOLS_BIN / b).stat().st_mtime}".encode())
     h.update(_out(str(CONTAINERD2 / "usr/bin/containerd"), "--version").encode())
     return h.hexdigest()[:16]
@@ -262,10 +268,7 @@ def ensure(docker: Docker) -> NodeImage:
     with tempfile.TemporaryDirectory(prefix="kind-node-") as tmp:
         work = Path(tmp)
         stage = _stage(work, version)
-        archives = work / "images"
-        archives.mkdir()
-        for archive in _image_archives(work, images):
-            shutil.move(archive, archives / archive.name)
+        archives = _image_archives(work, images)
         rootfs = work / "rootfs.tar"
         (work / "chroot.sh").write_text(CHROOT)
         _debian_rootfs(
@@ -279,8 +282,10 @@ def ensure(docker: Docker) -> NodeImage:
         base = f"{ref}-base"
         docker.run("import", str(rootfs), base)
         rootfs.unlink()
-        _preload(docker, base, archives, ref)
-    docker.run("image", "rm", base)
+        try:
+            _preload(docker, base, archives, ref)
+        finally:
+            docker.run("image", "rm", base, check=False)
     return NodeImage(ref, version, round(time.monotonic() - t0, 1))
 
 

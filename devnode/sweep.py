@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import OWNER_ENV, OWNER_FILE, docker, iptables
+from . import OWNER_ENV, OWNER_FILE, docker, iptables, links, unmount_under
 from .cluster import API_IFACE
 from .containerd import CONTAINERD2
 
@@ -202,11 +202,6 @@ def _bridges_in_use(live_owners: set[int]) -> set[str]:
     return used
 
 
-def _links() -> list[dict]:
-    p = subprocess.run(["ip", "-j", "link"], capture_output=True, text=True)
-    return json.loads(p.stdout or "[]") if p.returncode == 0 else []
-
-
 def sweep(p: Plan, log=print) -> None:
     for pid in p.processes:  # their children are in the list too: none is spared to respawn
         with contextlib.suppress(ProcessLookupError):
@@ -219,15 +214,12 @@ def sweep(p: Plan, log=print) -> None:
         subprocess.run(
             [_runc(), "--root", str(root), "delete", "--force", cid], capture_output=True
         )
-    gone = tuple(str(d) for d in p.directories)
-    mounts = [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text().splitlines()]
-    for target in sorted((m for m in mounts if m.startswith(gone)), key=len, reverse=True):
-        subprocess.run(["umount", "-l", target], capture_output=True)
+    unmount_under(*p.directories)
     for ns in _left_netns():
         log(f"network namespace {ns}")
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     used = _bridges_in_use(p.live_owners)
-    for link in _links():
+    for link in links():
         name = link.get("ifname", "")
         if (name.startswith("snapbr") or name == API_IFACE) and name not in used:
             log(f"link {name}")

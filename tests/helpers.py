@@ -198,6 +198,17 @@ def example_manifest(name: str, image: str, **edits) -> str:
     return yaml.safe_dump(doc)
 
 
+def wait_for(what: str, probe, timeout: float = 120.0, every: float = 0.5, why=lambda: ""):
+    """``probe()``'s first true answer; fails after ``timeout`` seconds with ``why()`` (what
+    an operator would look at)."""
+    deadline = time.monotonic() + timeout
+    while not (got := probe()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not after {timeout:g}s\n{why()}")
+        time.sleep(every)
+    return got
+
+
 def one_replica_named(name: str, **edits) -> dict:
     """The edits that make the example Deployment a second one of its own: ``name``, one
     replica, its own app label (so its pod is told apart from the first's)."""

@@ -37,7 +37,14 @@ from devnode import chart, cluster, project_image, smoke_report
 from devnode.cri import Crictl
 from devnode.probe import ask_line, parse
 from tests.conftest import cluster_marks
-from tests.helpers import ask, example_manifest, one_replica_named, restored_condition, shim_pids
+from tests.helpers import (
+    ask,
+    example_manifest,
+    one_replica_named,
+    restored_condition,
+    shim_pids,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 NS, RELEASE, SYSTEM = "demo", chart.RELEASE, chart.NAMESPACE
@@ -85,17 +92,6 @@ class Story:
 
     def cri(self) -> Crictl:
         return Crictl(self.c.node.address, self.c.node.base)
-
-
-def wait_for(what: str, probe, timeout: float = 120.0, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout:g}s")
-        time.sleep(every)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ import pytest
 
 from devnode import chart, docker, kind, kind_node, project_image
 from devnode.probe import parse
-from tests.helpers import example_manifest, one_replica_named, restored_condition
+from tests.helpers import example_manifest, one_replica_named, restored_condition, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "kind-smoke.json"
@@ -45,15 +45,6 @@ pytestmark = [
     pytest.mark.timeout(1500),
 ]
 figures: dict = {"command": "make kind-smoke"}
-
-
-def wait_for(what: str, probe, timeout: float = 180.0, every: float = 0.5, why=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while not (got := probe()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout:g}s\n{why()}")
-        time.sleep(every)
-    return got
 
 
 class Smoke:
@@ -148,6 +139,7 @@ def test_3_two_replicas_restore_on_their_own_pod_ips(smoke):
     pods = wait_for(
         "the agent's report on both",
         lambda: (ps := smoke.pods(REPLICAS)) and all(restored_condition(p) for p in ps) and ps,
+        180,
     )
     conds = {(restored_condition(p)["status"], restored_condition(p)["reason"]) for p in pods}
     assert conds == {("True", "RestoreSucceeded")}, conds
@@ -174,6 +166,7 @@ echo "$f" """).strip()
     pod = wait_for(
         "the fallback report",
         lambda: next((p for p in smoke.pods("app=tampered") if restored_condition(p)), None),
+        180,
         why=smoke.diagnose,
     )
     cond = restored_condition(pod)
