@@ -63,7 +63,7 @@ class Cluster:
     api: apiserver.ControlPlane
     node: Containerd
     kubelet_root: Path
-    registry: Registry
+    registry: Registry | None  # None where images are imported into containerd instead
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None):
         p = subprocess.run(
@@ -160,9 +160,16 @@ def _supervise(node: Containerd, stopping: threading.Event) -> None:
 
 
 @contextlib.contextmanager
-def cluster(work: Path) -> Iterator[Cluster]:
+def cluster(
+    work: Path,
+    labels: dict[str, str] = NODE_LABELS,
+    cdi_dirs: tuple[str, ...] = (),
+    registry: bool = True,
+) -> Iterator[Cluster]:
     """containerd starts without the ``snapshot`` runtime: the chart's installer registers
-    it (and restarts containerd), with the shim in :attr:`Cluster.shim_bin_dir`."""
+    it (and restarts containerd), with the shim in :attr:`Cluster.shim_bin_dir`. A GPU
+    machine's node (bench/gpu/k8s_story.py) has its own ``labels``, reads the device
+    plugin's CDI specs from ``cdi_dirs`` and, with no registry binary, no ``registry``."""
     work.mkdir(parents=True, exist_ok=True)
     base = Path(f"/tmp/snapshot-k8s-{uuid.uuid4().hex[:6]}")  # short: unix socket paths
 
@@ -176,6 +183,7 @@ def cluster(work: Path) -> Iterator[Cluster]:
         bin_dirs=[str(base / "bin")],
         major=2,
         installer=chart_installs,
+        cdi_dirs=cdi_dirs,
     )
     root = base / "kubelet"
     # a shared mount, as / is on a systemd host: the agent sees the containers' root
@@ -193,7 +201,11 @@ def cluster(work: Path) -> Iterator[Cluster]:
         with (
             _api_interface(),
             apiserver.control_plane(work / "kube", address=API_ADDRESS) as cp,
-            oci_registry.docker_registry(work / "registry") as reg,
+            (
+                oci_registry.docker_registry(work / "registry")
+                if registry
+                else contextlib.nullcontext(None)
+            ) as reg,
             log.open("ab") as logf,
         ):
             c = Cluster(cp, node, root, reg)
@@ -236,14 +248,15 @@ def cluster(work: Path) -> Iterator[Cluster]:
                     ],
                 ):
                     procs.append(subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT))
-                (base / "certs.d" / reg.address).mkdir(parents=True)
-                (base / "certs.d" / reg.address / "hosts.toml").write_text(reg.hosts_toml())
+                if reg is not None:
+                    (base / "certs.d" / reg.address).mkdir(parents=True)
+                    (base / "certs.d" / reg.address / "hosts.toml").write_text(reg.hosts_toml())
                 node.start()
                 supervisor = threading.Thread(target=_supervise, args=(node, stopping), daemon=True)
                 supervisor.start()
                 cfg = work / "kubelet.yaml"
                 cfg.write_text(yaml.safe_dump(kubelet_config(node, free_port(), free_port())))
-                labels = ",".join(f"{k}={v}" for k, v in NODE_LABELS.items())
+                node_labels = ",".join(f"{k}={v}" for k, v in labels.items())
                 procs.append(
                     subprocess.Popen(
                         [
@@ -253,7 +266,7 @@ def cluster(work: Path) -> Iterator[Cluster]:
                             f"--root-dir={root}",
                             f"--cert-dir={work / 'kubelet-pki'}",
                             f"--hostname-override={NODE}",
-                            f"--node-labels={labels}",
+                            f"--node-labels={node_labels}",
                             f"--node-ip={API_ADDRESS}",
                         ],
                         stdout=logf,

@@ -69,6 +69,8 @@ class Containerd:
     installer: Callable[[Path], None] | None = None
     #: node settings beside the defaults below (e.g. ``runtime_binary``), as an admin sets them
     node_settings: dict = field(default_factory=dict)
+    #: CDI spec directories beside the node's own (containerd 2.x)
+    cdi_dirs: tuple[str, ...] = ()
 
     @property
     def address(self) -> str:
@@ -153,7 +155,9 @@ class Containerd:
         (self.base / "certs.d/_default/hosts.toml").write_text(registry.hosts_toml(address))
         if self.major == 2:
             if not (self.base / "config.toml").exists():  # a restart keeps what was installed
-                (self.base / "config.toml").write_text(config_v3(self.base, self.installer is None))
+                (self.base / "config.toml").write_text(
+                    config_v3(self.base, self.installer is None, self.cdi_dirs)
+                )
                 if self.installer is not None:
                     self.installer(self.base / "config.toml")
         else:

@@ -57,9 +57,11 @@ imports = ["{base}/conf.d/*.toml"]
 {cri_section(base, with_snapshot=False)}"""
 
 
-def config_v3(base: Path, with_snapshot: bool = True) -> str:
+def config_v3(base: Path, with_snapshot: bool = True, cdi_dirs: tuple[str, ...] = ()) -> str:
     """containerd 2.x: one file (its imports merge, but one file is what a node has);
-    without the snapshot runtime when the node installer is to register it."""
+    without the snapshot runtime when the node installer is to register it. ``cdi_dirs``:
+    where else CDI specs are read (the NVIDIA device plugin writes to /var/run/cdi)."""
+    specs = ", ".join(f'"{d}"' for d in (f"{base}/cdi", *cdi_dirs))
     return f"""version = 3
 root = "{base}/root"
 state = "{base}/state"
@@ -78,7 +80,7 @@ state = "{base}/state"
   # These VMs lack CAP_SYS_RESOURCE: a negative oom_score_adj cannot be written.
   restrict_oom_score_adj = true
   enable_cdi = true
-  cdi_spec_dirs = ["{base}/cdi"]
+  cdi_spec_dirs = [{specs}]
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]

@@ -8,7 +8,11 @@ process inside a container's PID namespace (measured on an H200; README, "Benchm
 
 from __future__ import annotations
 
+import ctypes
+import os
+import platform
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +87,63 @@ def parse_uuid(uuid: str) -> bytes:
     return bytes.fromhex(h)
 
 
+#: where a process in a container sees the host's root filesystem. The node agent's image
+#: holds none of the driver's libraries (they belong to the host's driver, whatever its
+#: version); the chart sets /proc/1/root, the host's init under hostPID.
+HOST_ROOT_ENV = "SNAPSHOT_HOST_ROOT"
+_DRIVER_LIB = "libcuda.so.1"
+_MACHINE = platform.machine()  # x86_64, aarch64
+#: how ldconfig -p names this machine's ABI: "libcuda.so.1 (libc6,x86-64) => /usr/lib/..."
+_CACHE_ABI = {"x86_64": "x86-64", "aarch64": "AArch64"}.get(_MACHINE, _MACHINE)
+#: where distributions and GPU images put the driver's libraries, when the cache names none
+_DRIVER_DIRS = (f"usr/lib/{_MACHINE}-linux-gnu", "usr/lib64", "usr/local/nvidia/lib64", "usr/lib")
+
+
+def host_libcuda(root: Path) -> Path | None:
+    """The host's libcuda.so.1 seen under ``root``: as the host's dynamic loader finds it
+    (its /etc/ld.so.cache), else in the usual directories. Links are followed inside
+    ``root``, so an absolute link target is the host's, not this container's."""
+    named = []
+    cache = root / "etc/ld.so.cache"
+    if cache.is_file():
+        out = subprocess.run(
+            ["ldconfig", "-p", "-C", str(cache)], capture_output=True, text=True, check=False
+        ).stdout
+        for line in out.splitlines():
+            lib, _, path = line.strip().partition(" => ")
+            if lib.split(" ", 1)[0] == _DRIVER_LIB and _CACHE_ABI in lib:
+                named.append(path.strip())
+    for host_path in [*named, *(f"/{d}/{_DRIVER_LIB}" for d in _DRIVER_DIRS)]:
+        p = root / host_path.lstrip("/")
+        for _ in range(8):  # libcuda.so.1 -> libcuda.so.580.159.04, maybe absolute
+            if not p.is_symlink():
+                break
+            target = Path(os.readlink(p))
+            p = root / str(target).lstrip("/") if target.is_absolute() else p.parent / target
+        if p.is_file():
+            return p
+    return None
+
+
+def _load_host_driver() -> None:
+    """With $SNAPSHOT_HOST_ROOT, the host's libcuda.so.1 is loaded first, by its path: the
+    bindings' own ``dlopen("libcuda.so.1")`` then finds it loaded (by its soname) instead of
+    searching this container, which has none."""
+    root = os.environ.get(HOST_ROOT_ENV)
+    if root and (lib := host_libcuda(Path(root))) is not None:
+        try:
+            ctypes.CDLL(str(lib), mode=os.RTLD_GLOBAL)
+        except OSError as e:
+            msg = f"the host's CUDA driver {lib} does not load: {e}"
+            raise CudaError(msg, call="dlopen") from e
+
+
 class CudaDriver:
     """A handle on the CUDA driver. Constructing it fails with a clear CudaError when
     cuda-python, the driver or a GPU is missing."""
 
     def __init__(self) -> None:
+        _load_host_driver()
         try:
             from cuda.bindings import driver as drv
         except ImportError as e:

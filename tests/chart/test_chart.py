@@ -476,3 +476,15 @@ def test_the_agent_sees_the_hosts_systemd():
         "name": "systemd",
         "hostPath": {"path": "/run/systemd", "type": "DirectoryOrCreate"},
     } in spec["volumes"]
+
+
+def test_the_agent_loads_the_hosts_cuda_driver():
+    """The agent's CUDA checkpoint needs libcuda.so.1, which its image lacks (the driver's
+    libraries are the node's): it is told where the host's root is, and finds the driver
+    there (restore_runtime/cuda/driver.py). Without it, every GPU checkpoint failed with "no
+    CUDA driver on this host" (found readying the GPU machine's cluster, issue 43)."""
+    (agent,) = by_kind(chart.render())["DaemonSet"]
+    spec = agent["spec"]["template"]["spec"]
+    main = next(c for c in spec["containers"] if c["name"] == "agent")
+    assert spec["hostPID"] is True  # /proc/1 is the host's init
+    assert {"name": "SNAPSHOT_HOST_ROOT", "value": "/proc/1/root"} in main["env"]
