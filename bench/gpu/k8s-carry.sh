@@ -19,6 +19,10 @@ tar -C /usr/lib/cni -cf - bridge host-local loopback portmap | xz -T0 -9 > cni.t
 tar -C "$CACHE/gpu-node" -cf - nvidia-device-plugin nvidia-ctk | xz -T0 -9 > nvidia.tar.xz
 cp ../../.deb-node/{iptables,libip4tc2,libip6tc2,libnetfilter-conntrack3,libnfnetlink0,busybox-static}_*.deb .
 cp ../../.whl/*.whl .
+# iptables' own library, and iproute2 for a machine image without them (k8s-run.sh uses the
+# machine's own where it has them)
+apt-get download -q libxtables12/trixie iproute2/trixie libbpf1/trixie libelf1t64/trixie \
+  libmnl0/trixie libcap2/trixie libtirpc3t64/trixie libdb5.3t64/trixie libselinux1/trixie
 tar -C "$CACHE/containerd2" -cf - usr/bin/containerd usr/bin/containerd-shim-runc-v2 usr/bin/ctr \
   usr/sbin/runc | xz -T0 -9 > containerd2.tar.xz
 xz -T0 -9 -c "$CACHE/bin/helm" > helm.xz

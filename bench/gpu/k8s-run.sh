@@ -45,7 +45,9 @@ if ! command -v iptables >/dev/null; then
   # kube-proxy's Services and CRIU's network lock: Debian's iptables unpacked aside, behind
   # wrappers (the multi-call binary takes the command as its first argument)
   p=/opt/k8s-iptables
-  for f in "$S"/{iptables,libip4tc2,libip6tc2,libnetfilter-conntrack3,libnfnetlink0}_*.deb; do dpkg -x "$f" "$p"; done
+  for f in "$S"/{iptables,libip4tc2,libip6tc2,libnetfilter-conntrack3,libnfnetlink0,libxtables12}_*.deb; do
+    dpkg -x "$f" "$p"
+  done
   libs=$p/usr/lib/x86_64-linux-gnu
   for backend in nft legacy; do
     for c in iptables iptables-restore iptables-save ip6tables ip6tables-restore ip6tables-save; do
@@ -56,6 +58,14 @@ if ! command -v iptables >/dev/null; then
     iptables -L -n >/dev/null 2>&1 && break
   done
   echo "iptables: xtables-$backend"
+fi
+if ! command -v ip >/dev/null; then  # devnode makes its bridges and reads links with it
+  p=/opt/k8s-iproute
+  for f in "$S"/{iproute2,libbpf1,libelf1t64,libmnl0,libcap2,libtirpc3t64,libxtables12,libdb5.3t64,libselinux1}_*.deb; do
+    dpkg -x "$f" "$p"
+  done
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/usr/bin/ip "$@"\n' "$p/usr/lib/x86_64-linux-gnu" "$p" > /usr/local/sbin/ip
+  chmod +x /usr/local/sbin/ip && ip -V
 fi
 if ! ldconfig -p | grep -q 'libcuda.so.1 '; then
   # a GPU node's driver libraries are in its loader cache (the shim and the agent find
