@@ -17,7 +17,7 @@ if [[ ${1:-} == stage ]]; then
   ls "$S" | tr '\n' ' '; echo; du -sh "$S"
   # what the story relies on here, in one look
   grep -E '^(PRETTY_NAME)' /etc/os-release || true
-  ldd --version | head -1; uname -r; nproc; df -h / /var/tmp | tail -2
+  ldd --version | sed -n 1p; uname -r; nproc; df -h / /var/tmp | tail -2
   stat -fc 'cgroup fs: %T' /sys/fs/cgroup
   for t in ip iptables mount pkill xz tar nvidia-smi; do printf '%s: %s\n' "$t" "$(command -v $t || echo missing)"; done
   ldconfig -p | grep -E 'libcuda.so.1|libnvidia-ml.so.1' || echo "libcuda not in the loader cache"

@@ -35,8 +35,6 @@ from devnode.images import busybox_layer, file_layer, write_archive  # noqa: E40
 TOOLS = Path(os.environ.get("SNAPSHOT_GPU_TOOLS", "/var/cache/snapshot-tools/gpu-node"))
 #: where the device plugin writes its CDI spec (and nvidia-ctk the driver's)
 CDI_DIR = Path("/var/run/cdi")
-#: the device plugin registers here: a path compiled into it, bound onto the kubelet's
-KUBELET_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 WORKER_IMAGE = "snapshot.local/gpu-worker:1"
 GPU = "nvidia.com/gpu"
 
@@ -86,11 +84,6 @@ def allocatable_gpus(c: Cluster) -> int:
 def device_plugin(c: Cluster, log: Path) -> Iterator[None]:
     """The NVIDIA device plugin as a host process, in CDI mode: it allocates ``nvidia.com/gpu``
     and answers the kubelet with the GPU's CDI device name, which containerd injects."""
-    KUBELET_PLUGINS.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        ["mount", "--bind", str(c.kubelet_root / "device-plugins"), str(KUBELET_PLUGINS)],
-        check=True,
-    )
     proc = None
     try:
         with log.open("ab") as f:
@@ -98,6 +91,8 @@ def device_plugin(c: Cluster, log: Path) -> Iterator[None]:
                 [
                     str(TOOLS / "nvidia-device-plugin"),
                     "--device-list-strategy=cdi-cri",
+                    # a host process: the driver is at /, not where its DaemonSet mounts it
+                    "--driver-root-ctr-path=/",
                     f"--nvidia-cdi-hook-path={TOOLS / 'nvidia-ctk'}",
                     "--fail-on-init-error=true",
                 ],
@@ -113,7 +108,6 @@ def device_plugin(c: Cluster, log: Path) -> Iterator[None]:
     finally:
         if proc is not None:
             stop_process(proc, 10)
-        subprocess.run(["umount", "-l", str(KUBELET_PLUGINS)], check=False)
 
 
 def import_image(c: Cluster, archive: Path, base_name: str | None = None) -> None:

@@ -215,7 +215,7 @@ class Story:
             fb["flipped"] = flipped
             fb["answer_correct"] = fb["digest"] == out["cold"]["digest"]
             out["fallback"] = fb
-        del out["status"]["conditions"]
+        out["status"].pop("conditions", None)
         return out
 
 
