@@ -106,9 +106,12 @@ def host_libcuda(root: Path) -> Path | None:
     named = []
     cache = root / "etc/ld.so.cache"
     if cache.is_file():
-        out = subprocess.run(
-            ["ldconfig", "-p", "-C", str(cache)], capture_output=True, text=True, check=False
-        ).stdout
+        try:
+            out = subprocess.run(
+                ["ldconfig", "-p", "-C", str(cache)], capture_output=True, text=True, check=False
+            ).stdout
+        except OSError:  # no ldconfig in this image: the usual directories below
+            out = ""
         for line in out.splitlines():
             lib, _, path = line.strip().partition(" => ")
             if lib.split(" ", 1)[0] == _DRIVER_LIB and _CACHE_ABI in lib:
