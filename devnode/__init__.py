@@ -56,6 +56,17 @@ def wait_until(
         time.sleep(poll)
 
 
+def wait_for(what: str, probe, timeout: float = 120.0, every: float = 0.5, why=lambda: ""):
+    """``probe()``'s first true answer; fails after ``timeout`` seconds with ``why()`` (what
+    an operator would look at)."""
+    deadline = time.monotonic() + timeout
+    while not (got := probe()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not after {timeout:g}s\n{why()}")
+        time.sleep(every)
+    return got
+
+
 def _tail(log: Path | None, chars: int = 3000) -> str:
     if log is None:
         return ""

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from api import annotations as ann
-from devnode import free_port
+from devnode import free_port, wait_for  # noqa: F401 (the tests' wait_for is devnode's)
 from devnode.probe import first_response, parse
 from restore_runtime import sandbox
 from restore_runtime.executor.tree_access import CriuRestorer
@@ -196,17 +196,6 @@ def example_manifest(name: str, image: str, **edits) -> str:
             node = node.setdefault(k, {})
         node[last] = value
     return yaml.safe_dump(doc)
-
-
-def wait_for(what: str, probe, timeout: float = 120.0, every: float = 0.5, why=lambda: ""):
-    """``probe()``'s first true answer; fails after ``timeout`` seconds with ``why()`` (what
-    an operator would look at)."""
-    deadline = time.monotonic() + timeout
-    while not (got := probe()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout:g}s\n{why()}")
-        time.sleep(every)
-    return got
 
 
 def one_replica_named(name: str, **edits) -> dict:

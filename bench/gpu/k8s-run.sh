@@ -5,6 +5,8 @@
 #
 #   bash bench/gpu/k8s-run.sh stage               # a part's call: keep it, print the facts
 #   bash bench/gpu/k8s-run.sh story tiny 1.3b     # the last part's call, or any after it
+#   STORY_TIMEOUT=420 bash bench/gpu/k8s-run.sh story tiny   # stops it sooner (default 500 s;
+#                                                 # keep it under the call's timeout_s)
 #
 # The story's JSON and the cluster's log go to $OUT/story.
 set -euo pipefail
@@ -81,8 +83,10 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SNAPSHOT_KEEP_LOGS=/var/tmp/
 [[ -s /var/tmp/snapshot-image.tar ]] || cat "$S"/image.tar.xz.* | xz -dc > /var/tmp/snapshot-image.tar
 mkdir -p "$OUT/story"
 set +e
-python3 bench/gpu/k8s_story.py --out "$OUT/story" --image-archive /var/tmp/snapshot-image.tar \
-  --image-tag "$(cat "$S/image-tag")" "$@" 2>&1 | tee "$OUT/story/story.log" | tail -80
+# interrupted (SIGINT) before the call's own limit, the story still writes its JSON and logs
+timeout -s INT "${STORY_TIMEOUT:-500}" python3 bench/gpu/k8s_story.py --out "$OUT/story" \
+  --image-archive /var/tmp/snapshot-image.tar --image-tag "$(cat "$S/image-tag")" "$@" 2>&1 \
+  | tee "$OUT/story/story.log" | tail -80
 rc=${PIPESTATUS[0]}
 tar -czf "$OUT/story/node-logs.tgz" -C /var/tmp/k8s-keep . 2>/dev/null
 exit "$rc"

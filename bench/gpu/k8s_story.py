@@ -40,7 +40,7 @@ sys.path.insert(0, str(HERE))
 import k8s_node  # noqa: E402  (beside this file; it puts the checkout on sys.path)
 
 from api.annotations import RESTORE_FROM, RESTORED_CONDITION  # noqa: E402
-from devnode import chart, project_image  # noqa: E402
+from devnode import chart, project_image, wait_for  # noqa: E402
 from devnode.cluster import NODE, Cluster, cluster  # noqa: E402
 from devnode.probe import ask_line, parse  # noqa: E402
 
@@ -92,6 +92,10 @@ class Story:
         self.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
         return t0
 
+    def get(self, kind: str, name: str) -> dict | None:
+        p = self.c.kubectl("-n", NS, "get", kind, name, "-o", "json", check=False)
+        return json.loads(p.stdout) if p.returncode == 0 else None
+
     def pods(self, app: str) -> list[dict]:
         return json.loads(self.kubectl("get", "pods", "-l", f"app={app}", "-o", "json"))["items"]
 
@@ -104,12 +108,7 @@ class Story:
         )
 
     def wait(self, what: str, probe, timeout: float, every: float = 0.5):
-        deadline = time.monotonic() + timeout
-        while not (got := probe()):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what}: not after {timeout:g}s\n{self.diagnose()}")
-            time.sleep(every)
-        return got
+        return wait_for(what, probe, timeout, every, self.diagnose)
 
     def template(self, app: str, annotations: dict[str, str] | None = None) -> dict:
         return {
@@ -134,12 +133,23 @@ class Story:
                 },
             }
         )
-        for cond in ("create", "condition=Ready"):
-            self.kubectl("wait", f"--for={cond}", f"podsnapshot/{name}", "--timeout=900s")
+        step(f"SnapshotJob {name} applied")
+
+        def outcome():
+            """The PodSnapshot once Ready; a failed capture ends the wait at once."""
+            snap, job = self.get("podsnapshot", name), self.get("snapshotjob", name)
+            for obj in (snap, job):
+                failed = _condition(obj, "Failed")
+                if failed and failed["status"] == "True":
+                    raise RuntimeError(f"{name}: {failed['message']}\n{self.diagnose()}")
+            ready = _condition(snap, "Ready")
+            return snap if ready and ready["status"] == "True" else None
+
+        snap = self.wait(f"PodSnapshot {name} Ready", outcome, 900, 1)
         ready_s = time.monotonic() - t0
+        step(f"PodSnapshot {name} Ready after {ready_s:.1f}s")
         # the controller deletes the source pod: with one GPU, the next pod waits for it
         self.wait("the source pod gone", lambda: not self.pods(f"{name}-source"), 120)
-        snap = json.loads(self.kubectl("get", "podsnapshot", name, "-o", "json"))
         return {"snapshot_ready_s": round(ready_s, 2), "status": snap["status"]}
 
     def replica(self, name: str, app: str, restore_from: str | None) -> dict:
@@ -164,7 +174,9 @@ class Story:
                     return time.monotonic() - t0, line, p["metadata"]["name"]
             return None
 
+        step(f"Deployment {name} applied")
         first_s, line, pod_name = self.wait(f"{name}'s first answer", answer, 900, 0.02)
+        step(f"{name} answered after {first_s:.2f}s")
         out = {"apply_to_answer_s": round(first_s, 2), "digest": parse(line).get("digest", line)}
         if restore_from:
             pod = self.wait(
@@ -219,9 +231,21 @@ class Story:
         return out
 
 
+def _condition(obj: dict | None, kind: str) -> dict | None:
+    conds = (obj or {}).get("status", {}).get("conditions") or []
+    return next((c for c in conds if c["type"] == kind), None)
+
+
 def _restored(pod: dict) -> dict | None:
-    conds = pod.get("status", {}).get("conditions", [])
-    return next((c for c in conds if c["type"] == RESTORED_CONDITION), None)
+    return _condition(pod, RESTORED_CONDITION)
+
+
+_T0 = time.monotonic()
+
+
+def step(what: str) -> None:
+    """Progress as it happens: a GPU call that runs out of time still says how far it got."""
+    print(f"[{time.monotonic() - _T0:6.1f}s] {what}", flush=True)
 
 
 def node_facts(c: Cluster) -> dict:
@@ -246,7 +270,7 @@ def main() -> int:
         ap.error(f"unknown sizes {sorted(unknown)}: {', '.join(SIZES)}")
     sizes = ["cpu-demo"] if args.cpu else args.sizes or ["tiny"]
     args.out.mkdir(parents=True, exist_ok=True)
-    log = args.out / "cluster.log"
+    log = args.out / "nvidia.log"  # nvidia-ctk and the device plugin
     result: dict = {"command": " ".join(sys.argv), "sizes": {}}
     work = Path(tempfile.mkdtemp(prefix="snapshot-gpu-k8s-"))
     labels = None if args.cpu else k8s_node.gpu_labels()
@@ -259,6 +283,7 @@ def main() -> int:
             cluster(work / "cluster", cdi_dirs=cdi_dirs, registry=False, **kw) as c,
             contextlib.nullcontext() if args.cpu else k8s_node.device_plugin(c, log),
         ):
+            step(f"node {NODE} Ready, {node_facts(c)['allocatable_gpus']} GPU(s) allocatable")
             archive, tag = (
                 (args.image_archive, args.image_tag)
                 if args.image_archive
@@ -273,6 +298,7 @@ def main() -> int:
                 image = ""
             else:
                 image = k8s_node.worker_image(c, work)
+            step("images imported")
             values = work / "values.yaml"
             values.write_text(
                 yaml.safe_dump(
@@ -284,6 +310,7 @@ def main() -> int:
             )
             chart.install_release(c, values, c.api.kubeconfig)
             result["images_and_chart_s"] = round(time.monotonic() - t0, 1)
+            step("chart installed")
             result["node"] = node_facts(c)
             c.kubectl("create", "namespace", NS)
             for i, size in enumerate(sizes):
@@ -291,8 +318,15 @@ def main() -> int:
                 story = Story(c, w, image, log)
                 result["sizes"][size] = story.size(size, fallback=i == 0)
                 (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    except BaseException as e:  # an interrupted run (the call's time) says so too
+        result["error"] = f"{type(e).__name__}: {e}"[:4000]
+        raise
     finally:
         (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+        # the control plane's and kubelet's output, gone with the work directory otherwise
+        for f in [work / "cluster" / "cluster.log", *(work / "cluster" / "kube").glob("*.log")]:
+            with contextlib.suppress(OSError):
+                (args.out / f"node-{f.name}").write_bytes(f.read_bytes()[-8_000_000:])
         subprocess.run(["rm", "-rf", str(work)], check=False)
     print(json.dumps(result, indent=2))
     return 0
