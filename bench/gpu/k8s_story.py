@@ -51,6 +51,15 @@ SIZES = {  # as bench/gpu/run-sizes.sh; "tiny" checks the path in seconds
     "6.65b": ["--layers", "32", "--width", "4096", "--heads", "32", "--kv-gb", "16"],
 }
 IMAGE = "snapshot.local/snapshot/snapshot"
+#: a container in one of these states will not start by waiting
+STUCK = {
+    "CreateContainerError",
+    "CreateContainerConfigError",
+    "RunContainerError",
+    "CrashLoopBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+}
 DEMO = k8s_node.ROOT / "examples" / "cpu_demo" / "k8s" / "snapshotjob.yaml"
 
 
@@ -96,6 +105,21 @@ class Story:
         p = self.c.kubectl("-n", NS, "get", kind, name, "-o", "json", check=False)
         return json.loads(p.stdout) if p.returncode == 0 else None
 
+    def stuck(self, app: str) -> None:
+        """A pod of ``app`` that cannot start (its container refused, or exited) ends the
+        wait at once, instead of at the SnapshotJob's deadline."""
+        for p in self.pods(app):
+            if p["metadata"].get("deletionTimestamp"):  # the controller's, after the capture
+                continue
+            for st in p["status"].get("containerStatuses") or []:
+                waiting = st["state"].get("waiting") or {}
+                if waiting.get("reason") in STUCK or st["state"].get("terminated"):
+                    why = waiting.get("message") or st["state"].get("terminated")
+                    raise RuntimeError(
+                        f"pod {p['metadata']['name']}: {waiting.get('reason')}: {why}\n"
+                        f"{self.diagnose()}"
+                    )
+
     def pods(self, app: str) -> list[dict]:
         return json.loads(self.kubectl("get", "pods", "-l", f"app={app}", "-o", "json"))["items"]
 
@@ -138,6 +162,7 @@ class Story:
         def outcome():
             """The PodSnapshot once Ready; a failed capture ends the wait at once."""
             snap, job = self.get("podsnapshot", name), self.get("snapshotjob", name)
+            self.stuck(f"{name}-source")
             for obj in (snap, job):
                 failed = _condition(obj, "Failed")
                 if failed and failed["status"] == "True":
@@ -169,6 +194,7 @@ class Story:
         )
 
         def answer():
+            self.stuck(app)
             for p in self.pods(app):
                 if (ip := p["status"].get("podIP")) and (line := ask_line(ip, self.w.port, 30)):
                     return time.monotonic() - t0, line, p["metadata"]["name"]
