@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from api.annotations import RESTORED_CONDITION
+
 #: every process devnode starts (containerd and the shims it starts, the kubelet, the control
 #: plane, registries) inherits this variable, naming the run that owns it: once that run is
 #: gone (killed), ``python -m devnode.sweep`` knows what it left
@@ -65,6 +67,28 @@ def wait_for(what: str, probe, timeout: float = 120.0, every: float = 0.5, why=l
             raise TimeoutError(f"{what}: not after {timeout:g}s\n{why()}")
         time.sleep(every)
     return got
+
+
+def condition(obj: dict | None, kind: str) -> dict | None:
+    """The condition of type ``kind`` in a Kubernetes object's status, or None."""
+    conds = (obj or {}).get("status", {}).get("conditions") or []
+    return next((c for c in conds if c["type"] == kind), None)
+
+
+def restored_condition(pod: dict) -> dict | None:
+    """The pod's nvidia.com/Restored condition, once the agent has reported."""
+    return condition(pod, RESTORED_CONDITION)
+
+
+def tamper_pages(art: Path) -> Path:
+    """One flipped byte in the artifact's largest memory image; returns that file."""
+    pages = max(art.rglob("pages-*.img"), key=lambda f: f.stat().st_size)
+    with pages.open("r+b") as f:
+        f.seek(4096)
+        b = f.read(1)
+        f.seek(4096)
+        f.write(bytes([b[0] ^ 0xFF]))
+    return pages
 
 
 def _tail(log: Path | None, chars: int = 3000) -> str:

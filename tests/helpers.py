@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from api import annotations as ann
-from devnode import free_port, wait_for  # noqa: F401 (the tests' wait_for is devnode's)
+# the tests' wait_for and restored_condition are devnode's (bench/gpu/k8s_story.py uses them)
+from devnode import free_port, restored_condition, wait_for  # noqa: F401
 from devnode.probe import first_response, parse
 from restore_runtime import sandbox
 from restore_runtime.executor.tree_access import CriuRestorer
@@ -208,9 +208,3 @@ def one_replica_named(name: str, **edits) -> dict:
         "spec.template.metadata.labels.app": name,
         **edits,
     }
-
-
-def restored_condition(pod: dict) -> dict | None:
-    """The pod's nvidia.com/Restored condition, once the agent has reported."""
-    conds = pod.get("status", {}).get("conditions", [])
-    return next((c for c in conds if c["type"] == ann.RESTORED_CONDITION), None)

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from api import annotations as ann
-from devnode import chart, cluster, project_image, smoke_report
+from devnode import chart, cluster, project_image, smoke_report, tamper_pages
 from devnode.cri import Crictl
 from devnode.probe import ask_line, parse
 from tests.conftest import cluster_marks
@@ -292,12 +292,7 @@ def test_4_exec_probe_and_a_killed_container_restarts_cold(story):
 def test_5_a_tampered_artifact_cold_starts_under_fallback_and_fails_under_strict(story):
     art = json.loads(story.kubectl("-n", NS, "get", "podsnap", "cpu-demo", "-o", "json"))[
         "status"]["artifact"]["uri"].removeprefix("file://")  # fmt: skip
-    pages = max(Path(art).rglob("pages-*.img"), key=lambda f: f.stat().st_size)
-    with pages.open("r+b") as f:  # one flipped byte in the largest memory image
-        f.seek(4096)
-        b = f.read(1)
-        f.seek(4096)
-        f.write(bytes([b[0] ^ 0xFF]))
+    pages = tamper_pages(Path(art))  # one flipped byte in the largest memory image
 
     story.apply_example("deployment", **one_replica_named("tampered"))
     pod = wait_for(

@@ -2,9 +2,9 @@
 # Run here (registries reachable), before bench/gpu/k8s-run.sh: stages what a one-node GPU
 # cluster needs on a machine that fetches nothing and takes at most 64 MiB a call: hyperkube
 # (control plane, kubelet, kube-proxy, kubectl), etcd, containerd 2.x with its runc, the CNI
-# plugins, helm, the NVIDIA device plugin and nvidia-ctk, iptables and busybox (.deb), the
-# wheels, the project image. They are dealt into parts .k8s/1, .k8s/2, ... (git-ignored) of
-# at most 56 MiB, each carried by its own call while the machine stays warm.
+# plugins, helm, the NVIDIA device plugin and nvidia-ctk, iptables, iproute2 and busybox
+# (.deb), the wheels, the project image. They are dealt into parts .k8s/1, .k8s/2, ...
+# (git-ignored) of at most 56 MiB, each carried by its own call while the machine stays warm.
 # The project image is the chart's own (tools/build-image.sh, as `make cluster` runs it), as
 # an OCI archive that `ctr images import` takes; the GPU worker's image is built there.
 set -euo pipefail
@@ -26,7 +26,8 @@ apt-get download -q libxtables12/trixie iproute2/trixie libbpf1/trixie libelf1t6
 tar -C "$CACHE/containerd2" -cf - usr/bin/containerd usr/bin/containerd-shim-runc-v2 usr/bin/ctr \
   usr/sbin/runc | xz -T0 -9 > containerd2.tar.xz
 xz -T0 -9 -c "$CACHE/bin/helm" > helm.xz
-# the project image, tagged as devnode tags it, as one archive in two pieces
+# the project image, tagged as devnode tags it, as one archive in 16 MB pieces (the dealing
+# below spreads them over the parts; k8s-run.sh joins them in name order)
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 tag=$(cd ../.. && .venv/bin/python -c 'import sys; from pathlib import Path
 from devnode.project_image import write_layout; print(write_layout("snapshot", Path(sys.argv[1])))' "$work/layout")

@@ -69,10 +69,11 @@ if ! command -v ip >/dev/null; then  # devnode makes its bridges and reads links
   printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/usr/bin/ip "$@"\n' "$p/usr/lib/x86_64-linux-gnu" "$p" > /usr/local/sbin/ip
   chmod +x /usr/local/sbin/ip && ip -V
 fi
-if ! ldconfig -p | grep -q 'libcuda.so.1 '; then
+# grep reads the whole list: under pipefail, a -q that stops early would fail the pipeline
+if ! ldconfig -p | grep 'libcuda.so.1 ' >/dev/null; then
   # a GPU node's driver libraries are in its loader cache (the shim and the agent find
   # libcuda there); this machine keeps them in a folder of their own
-  lib=$(find /usr/local/nvidia /usr/lib /usr/lib64 -name libcuda.so.1 2>/dev/null | head -1)
+  lib=$(find /usr/local/nvidia /usr/lib /usr/lib64 -name libcuda.so.1 -print -quit 2>/dev/null)
   dirname "$lib" > /etc/ld.so.conf.d/000-snapshot-nvidia.conf && ldconfig
   echo "loader cache: $(dirname "$lib") added"
 fi

@@ -19,7 +19,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +27,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
-from devnode import stop_process  # noqa: E402
-from devnode.cluster import NODE, Cluster  # noqa: E402
+from devnode import mount_points, stop_process, wait_until  # noqa: E402
+from devnode.cluster import NODE, NODE_LABELS, Cluster  # noqa: E402
 from devnode.images import busybox_layer, file_layer, write_archive  # noqa: E402
+from restore_runtime.cuda.driver import host_libcuda  # noqa: E402
 
 TOOLS = Path(os.environ.get("SNAPSHOT_GPU_TOOLS", "/var/cache/snapshot-tools/gpu-node"))
 #: where the device plugin writes its CDI spec (and nvidia-ctk the driver's)
@@ -47,11 +47,7 @@ def gpu_labels() -> dict[str, str]:
         text=True,
         check=True,
     ).stdout.splitlines()[0]
-    return {
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": name.strip().replace(" ", "-"),
-        "snapshot.nvidia.com/shim": "true",
-    }
+    return {**NODE_LABELS, "nvidia.com/gpu.product": name.strip().replace(" ", "-")}
 
 
 def generate_cdi(log: Path) -> Path:
@@ -99,11 +95,7 @@ def device_plugin(c: Cluster, log: Path) -> Iterator[None]:
                 stdout=f,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 60
-        while allocatable_gpus(c) < 1:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the device plugin gave the node no GPU; see {log}")
-            time.sleep(0.5)
+        wait_until(lambda: allocatable_gpus(c) >= 1, [proc], "the node's GPU", log, 60, 0.5)
         yield
     finally:
         if proc is not None:
@@ -135,14 +127,6 @@ def worker_image(c: Cluster, work: Path) -> str:
     return WORKER_IMAGE
 
 
-def libcuda_dir() -> str | None:
-    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        if line.strip().startswith("libcuda.so.1 ") and "=>" in line:
-            return str(Path(line.split("=>")[1].strip()).parent)
-    return None
-
-
 @dataclass(frozen=True)
 class Worker:
     """The GPU stand-in's container for a pod template: ``args`` pick its size."""
@@ -159,8 +143,7 @@ class Worker:
         if not sys.base_prefix.startswith("/usr"):  # a Python of its own (/opt/python...)
             paths.add(sys.base_prefix)
         paths = {p for p in paths if Path(p).is_dir() and not Path(p).is_symlink()}
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            point = line.split()[4]
+        for point in mount_points():
             if any(point.startswith(p + "/") for p in paths):
                 raise RuntimeError(
                     f"{point} is mounted under a path the worker gets: CRIU could not dump it"
@@ -168,7 +151,6 @@ class Worker:
         return sorted(paths)
 
     def container(self, image: str) -> dict:
-        python = str(Path(sys.executable))
         env = {
             "PYTHONPATH": "/opt/worker",
             "HOME": "/tmp",
@@ -177,16 +159,16 @@ class Worker:
             "NCCL_NVLS_ENABLE": "0",
             "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
         }
-        if lib := libcuda_dir():
+        if lib := host_libcuda(Path("/")):
             # Triton asks /sbin/ldconfig, which busybox lacks, where libcuda is; CDI mounts
             # the driver's libraries at the host's paths
-            env["TRITON_LIBCUDA_PATH"] = lib
+            env["TRITON_LIBCUDA_PATH"] = str(lib.parent)
         return {
             "name": "worker",
             "image": image,
             "imagePullPolicy": "Never",
-            "command": [python, "/opt/worker/bench/gpu/worker.py", "--port", str(self.port)],
-            "args": self.args,
+            "command": [sys.executable, "/opt/worker/bench/gpu/worker.py"],
+            "args": ["--port", str(self.port), *self.args],
             "env": [{"name": k, "value": v} for k, v in env.items()],
             "ports": [{"containerPort": self.port, "name": "digest"}],
             "resources": {"limits": {GPU: 1}},

@@ -39,8 +39,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import k8s_node  # noqa: E402  (beside this file; it puts the checkout on sys.path)
 
-from api.annotations import RESTORE_FROM, RESTORED_CONDITION  # noqa: E402
-from devnode import chart, project_image, wait_for  # noqa: E402
+from api.annotations import RESTORE_FROM  # noqa: E402
+from devnode import (  # noqa: E402
+    chart,
+    condition,
+    project_image,
+    restored_condition,
+    tamper_pages,
+    wait_for,
+)
 from devnode.cluster import NODE, Cluster, cluster  # noqa: E402
 from devnode.probe import ask_line, parse  # noqa: E402
 
@@ -90,8 +97,8 @@ def layout_archive(name: str, work: Path) -> tuple[Path, str]:
 
 
 class Story:
-    def __init__(self, c: Cluster, workload, image: str, log: Path) -> None:
-        self.c, self.w, self.image, self.log = c, workload, image, log
+    def __init__(self, c: Cluster, workload, image: str) -> None:
+        self.c, self.w, self.image = c, workload, image
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
         return self.c.kubectl("-n", NS, *args, input=input).stdout
@@ -164,10 +171,10 @@ class Story:
             snap, job = self.get("podsnapshot", name), self.get("snapshotjob", name)
             self.stuck(f"{name}-source")
             for obj in (snap, job):
-                failed = _condition(obj, "Failed")
+                failed = condition(obj, "Failed")
                 if failed and failed["status"] == "True":
                     raise RuntimeError(f"{name}: {failed['message']}\n{self.diagnose()}")
-            ready = _condition(snap, "Ready")
+            ready = condition(snap, "Ready")
             return snap if ready and ready["status"] == "True" else None
 
         snap = self.wait(f"PodSnapshot {name} Ready", outcome, 900, 1)
@@ -207,10 +214,10 @@ class Story:
         if restore_from:
             pod = self.wait(
                 f"{name}'s restore report",
-                lambda: next((p for p in self.pods(app) if _restored(p)), None),
+                lambda: next((p for p in self.pods(app) if restored_condition(p)), None),
                 180,
             )
-            out["condition"] = _restored(pod)
+            out["condition"] = restored_condition(pod)
             events = json.loads(
                 self.kubectl(
                     "get", "events", "--field-selector", f"involvedObject.name={pod_name}",
@@ -230,13 +237,7 @@ class Story:
     def tamper(self, snap: dict) -> str:
         """One flipped byte in the largest memory image of the artifact, in the node's store."""
         art = Path(snap["status"]["artifact"]["uri"].removeprefix("file://"))
-        pages = max(art.rglob("pages-*.img"), key=lambda f: f.stat().st_size)
-        with pages.open("r+b") as f:
-            f.seek(4096)
-            b = f.read(1)
-            f.seek(4096)
-            f.write(bytes([b[0] ^ 0xFF]))
-        return str(pages.relative_to(art))
+        return str(tamper_pages(art).relative_to(art))
 
     def size(self, size: str, fallback: bool) -> dict:
         name = f"worker-{size.replace('.', '-')}"
@@ -255,15 +256,6 @@ class Story:
             out["fallback"] = fb
         out["status"].pop("conditions", None)
         return out
-
-
-def _condition(obj: dict | None, kind: str) -> dict | None:
-    conds = (obj or {}).get("status", {}).get("conditions") or []
-    return next((c for c in conds if c["type"] == kind), None)
-
-
-def _restored(pod: dict) -> dict | None:
-    return _condition(pod, RESTORED_CONDITION)
 
 
 _T0 = time.monotonic()
@@ -299,17 +291,18 @@ def main() -> int:
     log = args.out / "nvidia.log"  # nvidia-ctk and the device plugin
     result: dict = {"command": " ".join(sys.argv), "sizes": {}}
     work = Path(tempfile.mkdtemp(prefix="snapshot-gpu-k8s-"))
-    labels = None if args.cpu else k8s_node.gpu_labels()
-    cdi_dirs = () if args.cpu else (str(k8s_node.CDI_DIR),)
+    # the GPU node's own labels (no GPU feature discovery) and the device plugin's CDI specs
+    gpu = {}
+    if not args.cpu:
+        gpu = {"labels": k8s_node.gpu_labels(), "cdi_dirs": (str(k8s_node.CDI_DIR),)}
     if not args.cpu:
         k8s_node.generate_cdi(log)
-    kw = {"labels": labels} if labels else {}
     try:
         with (
-            cluster(work / "cluster", cdi_dirs=cdi_dirs, registry=False, **kw) as c,
+            cluster(work / "cluster", registry=False, **gpu) as c,
             contextlib.nullcontext() if args.cpu else k8s_node.device_plugin(c, log),
         ):
-            step(f"node {NODE} Ready, {node_facts(c)['allocatable_gpus']} GPU(s) allocatable")
+            step(f"node {NODE} Ready, {k8s_node.allocatable_gpus(c)} GPU(s) allocatable")
             archive, tag = (
                 (args.image_archive, args.image_tag)
                 if args.image_archive
@@ -341,7 +334,7 @@ def main() -> int:
             c.kubectl("create", "namespace", NS)
             for i, size in enumerate(sizes):
                 w = workload if args.cpu else k8s_node.Worker(SIZES[size])
-                story = Story(c, w, image, log)
+                story = Story(c, w, image)
                 result["sizes"][size] = story.size(size, fallback=i == 0)
                 (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     except BaseException as e:  # an interrupted run (the call's time) says so too

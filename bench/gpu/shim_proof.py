@@ -54,6 +54,7 @@ from api.runtime import RUNTIME_TYPE  # noqa: E402
 from devnode import wait_until, workloads  # noqa: E402
 from devnode.containerd import BUSYBOX_IMAGE, RUNC_ROOT, Containerd  # noqa: E402
 from devnode.probe import first_response  # noqa: E402
+from restore_runtime.cuda.driver import host_libcuda  # noqa: E402
 
 # unique ids: runc state of an interrupted earlier run must not collide
 RUN = uuid.uuid4().hex[:6]
@@ -101,12 +102,8 @@ def submounts(paths: list[str]) -> list[str]:
 def libcuda_dir() -> str | None:
     """Where the host's libcuda.so.1 lives: Triton inside a busybox rootfs cannot run
     ``ldconfig -p`` to find it, so TRITON_LIBCUDA_PATH names it."""
-    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        if "libcuda.so.1 " in line and "=>" in line:
-            return str(Path(line.split("=>")[1].strip()).parent)
-    dirs = ("/usr/local/nvidia/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib64")
-    return next((d for d in dirs if Path(d, "libcuda.so.1").exists()), None)
+    lib = host_libcuda(Path("/"))  # as the engine finds the host's driver
+    return str(lib.parent) if lib else None
 
 
 def run_args(

@@ -9,6 +9,7 @@ process inside a container's PID namespace (measured on an H200; README, "Benchm
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 import re
@@ -128,6 +129,7 @@ def host_libcuda(root: Path) -> Path | None:
     return None
 
 
+@functools.cache  # once a process: the library stays loaded
 def _load_host_driver() -> None:
     """With $SNAPSHOT_HOST_ROOT, the host's libcuda.so.1 is loaded first, by its path: the
     bindings' own ``dlopen("libcuda.so.1")`` then finds it loaded (by its soname) instead of
