@@ -112,14 +112,14 @@ def checkpoint(req: CheckpointRequest, progress: Progress | None = None) -> Chec
 
 @dataclass
 class _Source:
-    """The source as found before anything is done to it."""
+    """The source as found before anything is done to it. Whether it uses CUDA is asked
+    only once it is quiesced (``_suspend_cuda``): a workload still starting when the
+    checkpoint began (the handshake waits for it) opens the GPU during the quiesce."""
 
     dumper: Dumper
     gpu: GpuState
-    maybe_cuda: bool
     own_netns: bool
     pod_ips: list[str]
-    host: HostFingerprint
     command: list[str]
 
 
@@ -138,7 +138,7 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
     with staging, _InFlight(req, staging.dir) as inflight:
         try:
             _quiesce(req, timer, inflight)
-            cuda_ns_pids = _suspend_cuda(req, src, timer)
+            cuda_ns_pids, host = _suspend_cuda(req, src, timer, inflight)
             _dump(req, src, staging.dir / CRIU_DIR, inflight.work, timer, progress)
             if req.leave_running:
                 with timer.phase("resume"):
@@ -148,7 +148,7 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
                 files = _pack(req, staging.dir, src.dumper, timer, progress)
             manifest = _manifest(
                 req,
-                src.host,
+                host,
                 src.command,
                 src.own_netns,
                 src.pod_ips,
@@ -186,25 +186,28 @@ def _find_source(req: CheckpointRequest) -> _Source:
     )
     procs.require(req.pid)
     runner.require_version()
-    gpu = GpuState()
-    maybe_cuda = bool(procs.cuda_pids(req.pid))
     own_netns = procs.netns_inode(req.pid) != procs.netns_inode("self")
     pod_ips = global_addresses(f"/proc/{req.pid}/ns/net") if own_netns else []
-    host = host_info(gpu.drv if maybe_cuda else None, image_digest=req.image_digest)
-    return _Source(dumper, gpu, maybe_cuda, own_netns, pod_ips, host, procs.cmdline(req.pid))
+    return _Source(dumper, GpuState(), own_netns, pod_ips, procs.cmdline(req.pid))
 
 
-def _suspend_cuda(req: CheckpointRequest, src: _Source, timer: PhaseTimer) -> list[int]:
-    """The CUDA processes' GPU state moved into their host memory; their namespace PIDs,
-    which survive the restore (host PIDs do not)."""
-    if not src.maybe_cuda:
-        return []
+def _suspend_cuda(
+    req: CheckpointRequest, src: _Source, timer: PhaseTimer, inflight: _InFlight
+) -> tuple[list[int], HostFingerprint]:
+    """The quiesced tree's CUDA processes, their GPU state moved into their host memory;
+    their namespace PIDs (which survive the restore, host PIDs do not), and the host's
+    fingerprint (with the driver's, when the tree uses it)."""
+    candidates = procs.cuda_pids(req.pid)
+    host = host_info(src.gpu.drv if candidates else None, image_digest=req.image_digest)
+    if not candidates:
+        return [], host
     with timer.phase("cuda"):
         src.gpu.classify(req.pid)
+        inflight.note_cuda(src.gpu.pids)
         cuda_ns_pids = [procs.ns_pid(p) for p in src.gpu.pids]
         src.gpu.suspend()
     log.info("CUDA processes checkpointed: %s", src.gpu.pids)
-    return cuda_ns_pids
+    return cuda_ns_pids, host
 
 
 def _dump(
@@ -302,13 +305,17 @@ class _InFlight:
             runc_binary=rc.binary if rc else None,
             container_id=rc.id if rc else None,
             control_dir=str(req.control_dir) if req.control_dir else None,
-            cuda_pids=procs.cuda_pids(req.pid),
             pod_snapshot_uid=req.pod_snapshot_uid,
             quiesce=q.model_dump(mode="json") if (q := req.http_quiesce) else None,
         )
         self.quiesced = False
         #: the source is held past the commit (HeldSource): its journal goes with it
         self.keep_journal = False
+
+    def note_cuda(self, pids: list[int]) -> None:
+        """The CUDA processes about to be locked: a later agent hands their GPU state back."""
+        self.journal.cuda_pids = list(pids)
+        self.journal.write(self.path)
 
     def __enter__(self) -> _InFlight:
         self.journal.write(self.path)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from api.handshake import RESTORE_COMPLETE
+from api.handshake import READY_FOR_SNAPSHOT, RESTORE_COMPLETE
+from restore_runtime import procs
 from restore_runtime.artifact import signing
 from restore_runtime.errors import CriuError, SnapshotError, VerificationError
 from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
@@ -119,6 +120,28 @@ def test_handshake_quiesces_and_resumes(tmp_path, ctl, cleanup_pids):
     assert ask("127.0.0.1", port)["count"] == "2"
     log = (tmp_path / f"counter-{port}.log").read_text()
     assert "resumed mode=restored" in log
+
+
+def test_gpu_use_is_asked_once_the_workload_is_quiesced(tmp_path, ctl, cleanup_pids, monkeypatch):
+    """A workload still starting when its checkpoint begins opens the GPU during the
+    handshake's wait (the GPU machine's first capture through Kubernetes: CUDA was looked
+    for before the quiesce, found missing, and CRIU met the device's mappings). The CUDA
+    lookup is observed, not faked: it answers as before, and records whether the workload
+    had said it was quiesced at that moment."""
+    seen: list[bool] = []
+    real = procs.cuda_pids
+
+    def watched(root: int) -> list[int]:
+        seen.append((ctl / READY_FOR_SNAPSHOT).exists())
+        return real(root)
+
+    monkeypatch.setattr(procs, "cuda_pids", watched)
+    pid, port = start_counter(tmp_path, control_dir=ctl)
+    cleanup_pids.append(pid)
+    ask("127.0.0.1", port)
+    res = checkpoint(CheckpointRequest(pid=pid, output=tmp_path / "art", control_dir=ctl))
+    assert res.manifest.cuda.ns_pids == []  # a CPU process: none
+    assert seen and all(seen), f"CUDA looked for before the quiesce: {seen}"
 
 
 def test_handshake_timeout_is_clear_and_leaves_nothing(tmp_path, ctl, cleanup_pids):
