@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 S=/var/tmp/k8s-stage
 C=/var/cache/snapshot-tools
 mkdir -p "$S"
-for d in .k8s/*/; do cp -n "$d"* "$S/" 2>/dev/null || true; done
+for d in .k8s/*/; do cp "$d"* "$S/" 2>/dev/null || true; done  # a newer part wins
 if [[ ${1:-} == stage ]]; then
   ls "$S" | tr '\n' ' '; echo; du -sh "$S"
   # what the story relies on here, in one look
@@ -81,7 +81,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target /tmp/site "$S"/*.whl
 # containerd's and the shims' logs outlive the node (devnode/containerd.py), for the archive
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SNAPSHOT_KEEP_LOGS=/var/tmp/k8s-keep
-[[ -s /var/tmp/snapshot-image.tar ]] || cat "$S"/image.tar.xz.* | xz -dc > /var/tmp/snapshot-image.tar
+# once per image: a later call on the same machine may have carried a newer one
+if ! cmp -s "$S/image-tag" /var/tmp/snapshot-image.tag; then
+  cat "$S"/image.tar.xz.* | xz -dc > /var/tmp/snapshot-image.tar
+  cp "$S/image-tag" /var/tmp/snapshot-image.tag
+fi
 mkdir -p "$OUT/story"
 set +e
 # interrupted (SIGINT) before the call's own limit, the story still writes its JSON and logs
