@@ -118,4 +118,24 @@ def failure(action: str, returncode: int, log_path: Path, fallback: list[str]) -
             "recursive bind), so that it is external"
         )
         lines = [hint, *lines]
+    if (full := _out_of_space(log_path.parent)) is not None:
+        lines = [full, *lines]
     return CriuError(action, returncode, lines, str(log_path))
+
+
+def _out_of_space(where: Path) -> str | None:
+    """The cause, when the file system CRIU writes to is full: its log lives there too, so
+    the line that would say so is often the one it could not write."""
+    try:
+        st = os.statvfs(where)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= _FULL_BELOW:
+        return None
+    return f"No space left on device: {free} bytes free where the images are written ({where})"
+
+
+#: less than this left on the images' file system counts as full (CRIU writes pages in
+#: blocks of up to 4 MiB, its log line by line)
+_FULL_BELOW = 1 << 20

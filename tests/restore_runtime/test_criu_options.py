@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from restore_runtime.criu import options
 from restore_runtime.criu.runner import error_lines, own_seconds, version_tuple
@@ -90,3 +94,30 @@ def test_own_seconds_is_the_last_stamp_of_a_long_log(tmp_path):
     log.write_text("criu: no stamps here\n")
     assert own_seconds(log) is None
     assert own_seconds(tmp_path / "absent.log") is None
+
+
+@pytest.mark.root
+def test_a_full_file_system_is_named_when_the_log_could_not_say_so(tmp_path):
+    """CRIU's log is written beside its images: on a full store the line naming ENOSPC was
+    the one it could not write (make test, 2026-12-07: only the benign rlimit line was
+    left), and the error said nothing of the cause."""
+    from restore_runtime.criu.runner import failure
+
+    store = tmp_path / "store"
+    store.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "snapshot-test", str(store)], check=True
+    )
+    try:
+        log = store / "dump.log"
+        log.write_text("(00.03) Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE\n")
+        with contextlib.suppress(OSError), open(store / "fill", "wb", buffering=0) as f:
+            while True:
+                f.write(b"x" * 65536)
+        e = failure("dump (runc checkpoint)", 1, log, [])
+        assert "No space left on device" in str(e), e
+    finally:
+        subprocess.run(["umount", str(store)], check=True)
+    roomy = tmp_path / "dump.log"
+    roomy.write_text("(00.04) Error (criu/cr-dump.c:1975): Dumping FAILED.\n")
+    assert "No space left" not in str(failure("dump", 1, roomy, []))
