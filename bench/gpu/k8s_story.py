@@ -239,9 +239,11 @@ class Story:
         art = Path(snap["status"]["artifact"]["uri"].removeprefix("file://"))
         return str(tamper_pages(art).relative_to(art))
 
-    def size(self, size: str, fallback: bool) -> dict:
+    def size(self, size: str, fallback: bool, out: dict) -> None:
+        """One size's story into ``out``, filled as it goes: an interrupted run keeps the
+        steps that finished."""
         name = f"worker-{size.replace('.', '-')}"
-        out = self.snapshot(name)
+        out.update(self.snapshot(name))
         out["restore"] = self.replica(f"{name}-restored", f"{name}-r", restore_from=name)
         out["cold"] = self.replica(f"{name}-cold", f"{name}-c", restore_from=None)
         out["identical"] = out["restore"]["digest"] == out["cold"]["digest"]
@@ -255,7 +257,6 @@ class Story:
             fb["answer_correct"] = fb["digest"] == out["cold"]["digest"]
             out["fallback"] = fb
         out["status"].pop("conditions", None)
-        return out
 
 
 _T0 = time.monotonic()
@@ -335,7 +336,7 @@ def main() -> int:
             for i, size in enumerate(sizes):
                 w = workload if args.cpu else k8s_node.Worker(SIZES[size])
                 story = Story(c, w, image)
-                result["sizes"][size] = story.size(size, fallback=i == 0)
+                story.size(size, fallback=i == 0, out=result["sizes"].setdefault(size, {}))
                 (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2) + "\n")
     except BaseException as e:  # an interrupted run (the call's time) says so too
         result["error"] = f"{type(e).__name__}: {e}"[:4000]
