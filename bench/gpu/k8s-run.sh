@@ -5,7 +5,7 @@
 #
 #   bash bench/gpu/k8s-run.sh stage               # a part's call: keep it, print the facts
 #   bash bench/gpu/k8s-run.sh story tiny 1.3b     # the last part's call, or any after it
-#   STORY_TIMEOUT=420 bash bench/gpu/k8s-run.sh story tiny   # stops it sooner (default 500 s;
+#   STORY_TIMEOUT=420 bash bench/gpu/k8s-run.sh story 1.3b   # stops it sooner (default 500 s;
 #                                                 # keep it under the call's timeout_s)
 #
 # The story's JSON and the cluster's log go to $OUT/story.
