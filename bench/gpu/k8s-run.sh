@@ -43,24 +43,8 @@ tar -C "$C/gpu-node" -xJf "$S/nvidia.tar.xz"
 if ! command -v busybox >/dev/null; then
   dpkg -x "$S"/busybox-static_*.deb /opt/k8s-busybox && cp /opt/k8s-busybox/usr/bin/busybox /bin/busybox
 fi
-if ! command -v iptables >/dev/null; then
-  # kube-proxy's Services and CRIU's network lock: Debian's iptables unpacked aside, behind
-  # wrappers (the multi-call binary takes the command as its first argument)
-  p=/opt/k8s-iptables
-  for f in "$S"/{iptables,libip4tc2,libip6tc2,libnetfilter-conntrack3,libnfnetlink0,libxtables12}_*.deb; do
-    dpkg -x "$f" "$p"
-  done
-  libs=$p/usr/lib/x86_64-linux-gnu
-  for backend in nft legacy; do
-    for c in iptables iptables-restore iptables-save ip6tables ip6tables-restore ip6tables-save; do
-      printf '#!/bin/sh\nLD_LIBRARY_PATH=%s XTABLES_LIBDIR=%s/xtables exec %s/usr/sbin/xtables-%s-multi %s "$@"\n' \
-        "$libs" "$libs" "$p" "$backend" "$c" > "/usr/local/sbin/$c"
-      chmod +x "/usr/local/sbin/$c"
-    done
-    iptables -L -n >/dev/null 2>&1 && break
-  done
-  echo "iptables: xtables-$backend"
-fi
+# kube-proxy's Services and CRIU's network lock
+command -v iptables >/dev/null || bash bench/gpu/iptables-aside.sh "$S" /opt/k8s-iptables /usr/local/sbin
 if ! command -v ip >/dev/null; then  # devnode makes its bridges and reads links with it
   p=/opt/k8s-iproute
   for f in "$S"/{iproute2,libbpf1,libelf1t64,libmnl0,libcap2,libtirpc3t64,libxtables12,libdb5.3t64,libselinux1}_*.deb; do

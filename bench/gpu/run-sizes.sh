@@ -26,26 +26,11 @@ eval "$(bash bench/gpu/setup-device.sh | tail -1)"
 mkdir -p /opt/node
 for f in .deb-node/*.deb; do dpkg -x "$f" /opt/node; done
 if ! command -v iptables-restore >/dev/null; then
-  # CRIU's network lock, for containers with a network namespace of their own. Unpacked
-  # beside CRIU, whose wrapper's LD_LIBRARY_PATH also serves the programs it runs; the
-  # command names are Debian's alternatives, which dpkg -x does not make.
-  for f in .deb-node/{iptables,libip4tc2,libip6tc2,libnetfilter-conntrack3,libnfnetlink0}_*.deb; do
-    dpkg -x "$f" /opt/snapshot-criu
-  done
-  mkdir -p /opt/iptables-bin  # not CRIU's sbin: its criu must not be found without the wrapper
-  libs=/opt/snapshot-criu/usr/lib/x86_64-linux-gnu
-  for backend in nft legacy; do  # the kernel may lack nf_tables
-    for c in iptables iptables-restore iptables-save ip6tables ip6tables-restore ip6tables-save; do
-      ln -sfn "/opt/snapshot-criu/usr/sbin/xtables-$backend-multi" "/opt/iptables-bin/$c"
-    done
-    LD_LIBRARY_PATH="$libs" XTABLES_LIBDIR="$libs/xtables" /opt/iptables-bin/iptables -L -n \
-      >/dev/null 2>&1 && break
-  done
-  echo "iptables for CRIU: $(readlink /opt/iptables-bin/iptables)"
+  # CRIU's network lock, for containers with a network namespace of their own; beside CRIU,
+  # whose packages bring libxtables (not in CRIU's sbin: its criu must not be found there
+  # without its wrapper)
+  bash bench/gpu/iptables-aside.sh .deb-node /opt/snapshot-criu /opt/iptables-bin
   export PATH="/opt/iptables-bin:$PATH"
-  # its match modules (CRIU's lock rules use -m mark) are found beside it, not in /usr/lib
-  sed -i "s#^LD_LIBRARY_PATH=#XTABLES_LIBDIR=/opt/snapshot-criu/usr/lib/x86_64-linux-gnu/xtables \
-LD_LIBRARY_PATH=#" /opt/snapshot-criu/criu
 fi
 cp /opt/node/bin/busybox /bin/busybox 2>/dev/null || cp /opt/node/usr/bin/busybox /bin/busybox
 export PATH="/opt/node/usr/bin:/opt/node/usr/sbin:$PATH"
