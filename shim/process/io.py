@@ -40,10 +40,23 @@ class StdioPaths:
 
 
 @dataclass
+class _Sink:
+    """The writable end of one output target, shared by the copies to it, and closed when
+    the last lets go: containerd reads a FIFO without writers as the end of the container's
+    output, so a cold start after a failed restore must take it over before the restore's
+    copies let go (``ProcessIO.open(after=...)``)."""
+
+    opening: asyncio.Future  # of the fd, or None where the target cannot be opened
+    users: int = 0
+
+
+@dataclass
 class ProcessIO:
     """Pipes between runc's process and containerd's FIFOs, and the tasks copying them."""
 
     paths: StdioPaths
+    #: output targets by path, shared with the ProcessIO this one took over from
+    _sinks: dict[str, _Sink] = field(default_factory=dict)
     child: Stdio = field(default_factory=Stdio)
     _close_after_start: list[int] = field(default_factory=list)
     _tasks: list[asyncio.Task] = field(default_factory=list)
@@ -56,7 +69,9 @@ class ProcessIO:
     master: int | None = None
 
     @classmethod
-    async def open(cls, paths: StdioPaths) -> ProcessIO:
+    async def open(cls, paths: StdioPaths, after: ProcessIO | None = None) -> ProcessIO:
+        """The stdio of a new process; ``after``: the one of a process it replaces (a
+        failed restore's), whose output targets it takes over before that one is closed."""
         for target in (paths.stdout, paths.stderr):
             scheme = target.split("://", 1)[0] if "://" in target else ""
             if scheme not in ("", "fifo", "file"):
@@ -64,7 +79,7 @@ class ProcessIO:
                     f"stdio {target!r}: {scheme}:// logging is not "
                     "supported by this shim (FIFOs and file:// are)"
                 )
-        io = cls(paths)
+        io = cls(paths) if after is None else cls(paths, _sinks=after._sinks)
         if paths.terminal:
             # runc connects here and passes the pty master it made (SCM_RIGHTS); the shim
             # then copies between the master and containerd's FIFOs.
@@ -89,7 +104,7 @@ class ProcessIO:
             r, w = os.pipe()
             setattr(io.child, name, w)
             io._close_after_start.append(w)
-            io._output(io._copy_out(r, path))
+            io._output(io._copy_out(r, path), path)
         return io
 
     async def receive_master(self, timeout: float = 30.0) -> None:
@@ -104,7 +119,7 @@ class ProcessIO:
             with contextlib.suppress(OSError):
                 os.unlink(self.console_socket or "")
         if self.paths.stdout:
-            self._output(self._copy_out(os.dup(self.master), self.paths.stdout))
+            self._output(self._copy_out(os.dup(self.master), self.paths.stdout), self.paths.stdout)
         if self.paths.stdin:
             self._stdin_w = os.dup(self.master)
             self._tasks.append(
@@ -128,10 +143,32 @@ class ProcessIO:
                 os.close(self._stdin_w)
             self._stdin_w = None
 
-    def _output(self, coro) -> None:
+    def _output(self, coro, target: str) -> None:
+        """A copy to ``target``, holding its sink from now until the copy ends, however it
+        ends (cancelled before its first step too)."""
+        self._acquire(target)
         task = asyncio.ensure_future(coro)
+        task.add_done_callback(lambda _t: self._release(target))
         self._tasks.append(task)
         self._outputs.append(task)
+
+    def _acquire(self, target: str) -> None:
+        sink = self._sinks.get(target)
+        if sink is None:
+            sink = self._sinks[target] = _Sink(asyncio.ensure_future(_open_sink(target)))
+        sink.users += 1
+
+    def _release(self, target: str) -> None:
+        sink = self._sinks[target]
+        sink.users -= 1
+        if sink.users:
+            return
+        del self._sinks[target]
+        if not sink.opening.done():
+            sink.opening.cancel()  # _open_in_thread closes what the open still returns
+        elif not sink.opening.cancelled() and (fd := sink.opening.result()) is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     async def wait_drained(self, timeout: float = 5.0) -> None:
         """Wait for output copies to finish (the process exited and its pipes hit EOF); stdin
@@ -155,11 +192,8 @@ class ProcessIO:
     async def _copy_out(self, r: int, target: str) -> None:
         loop = asyncio.get_running_loop()
         try:
-            w: int | None = await _open_in_thread(open_output, target)
-        except OSError as e:
-            log.error("cannot open %s: %s; the container's output is dropped", target, e)
-            w = None
-        try:
+            # None: the target could not be opened (logged once), the output is dropped
+            w: int | None = await asyncio.shield(self._sinks[target].opening)
             while True:
                 data = await loop.run_in_executor(None, _read, r)
                 if not data:
@@ -170,12 +204,9 @@ class ProcessIO:
                     await loop.run_in_executor(None, _write_all, w, data)
                 except OSError as e:
                     log.error("writing output to %s: %s; dropping the rest", target, e)
-                    os.close(w)
-                    w = None
+                    w = None  # the sink closes when its last copy ends
         finally:
             os.close(r)
-            if w is not None:
-                os.close(w)
 
     async def _copy_in(self, fifo: str, w: int) -> None:
         loop = asyncio.get_running_loop()
@@ -195,6 +226,14 @@ class ProcessIO:
         finally:
             os.close(r)
             self.close_stdin()
+
+
+async def _open_sink(target: str) -> int | None:
+    try:
+        return await _open_in_thread(open_output, target)
+    except OSError as e:
+        log.error("cannot open %s: %s; the container's output is dropped", target, e)
+        return None
 
 
 def _recv_fd(sock: socket.socket) -> int:

@@ -52,6 +52,8 @@ class Process:
     exit_status: int = 0
     exited_at: float | None = None
     io: ProcessIO | None = None
+    #: a failed restore's stdio, until the cold start's takes its output targets over
+    failed_io: ProcessIO | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     #: the exit was reaped and is being reported (after its output is drained)
     exiting: bool = False
@@ -102,8 +104,16 @@ class InitProcess(Process):
     restore_target: RestoreTarget | None = None
     node: NodeContext | None = None
 
+    def drop_failed_io(self) -> None:
+        if self.failed_io is not None:
+            self.failed_io.close()
+            self.failed_io = None
+
     async def do_create(self) -> None:
-        self.io = await ProcessIO.open(self.stdio)
+        try:
+            self.io = await ProcessIO.open(self.stdio, after=self.failed_io)
+        finally:
+            self.drop_failed_io()
         await with_console(
             self.io,
             runc_call(

@@ -238,9 +238,9 @@ async def restore_init(p, t: RestoreTarget, node: NodeContext) -> RestoreReport:
         )
         report = await asyncio.to_thread(restore, req, restorer)
     except Exception as e:
-        if p.io is not None:
-            p.io.close()
-            p.io = None
+        # its copies keep containerd's FIFOs until a cold start takes them over, or the
+        # start fails (CreatedFromArtifact.start)
+        p.failed_io, p.io = p.io, None
         raise RestoreFailed.of(e) from e
     p.io.after_start()
     p.pid = report.pid or 0

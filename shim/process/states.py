@@ -79,6 +79,7 @@ class CreatedFromArtifact(Created):
             return Running()
         except RestoreFailed as e:
             if target.policy is RestorePolicy.STRICT:
+                p.drop_failed_io()
                 target.report_failure(e, RestoreOutcome.FAILED)
                 raise FailedPrecondition(str(e)) from e
             target.report_failure(e, RestoreOutcome.FELL_BACK)

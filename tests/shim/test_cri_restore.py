@@ -27,7 +27,7 @@ from restore_runtime.executor.checkpoint import CheckpointResult
 from restore_runtime.executor.tree_access import RuncContainer
 from restore_runtime.runc import Runc
 from tests.conftest import CRI_NODE
-from tests.helpers import ask, connect, shim_pids
+from tests.helpers import ask, connect, shim_pids, wait_for
 
 pytestmark = CRI_NODE
 
@@ -190,7 +190,7 @@ def test_tampered_artifact(cri, containerd, tmp_path, policy):
     ctl = tmp_path / "ctl"
     ctl.mkdir()
     annotations = admitted(art, **{"snapshot.nvidia.com/restore-policy": policy})
-    pod, _, r = start_pod(cri, f"bad-{policy}", annotations=annotations, control=ctl)
+    pod, ctr, r = start_pod(cri, f"bad-{policy}", annotations=annotations, control=ctl)
     report = json.loads((ctl / RESTORE_REPORT).read_text())
     assert report["failedPhase"] == "verify"
     assert "core-1.img" in report["reason"]
@@ -198,6 +198,14 @@ def test_tampered_artifact(cri, containerd, tmp_path, policy):
         assert r.returncode == 0, r.stderr
         assert report["outcome"] == "fell-back"
         assert ask(c.pod_ip(pod), PORT, timeout=30)["count"] == "1", "a cold start"
+        # its output reaches its log: the failed restore's copies held containerd's FIFOs
+        # until the cold start's took them over (a FIFO left without writers reads as the
+        # end of the container's output, and its log stayed empty)
+        wait_for(
+            "the cold start's first line in its log",
+            lambda: "listening on" in (out := c.run("logs", ctr, check=False)).stdout + out.stderr,
+            10,
+        )
         # the cold-started container is a normal one: stopping its pod does not hang
         t0 = time.monotonic()
         c.run("stopp", pod)
