@@ -80,13 +80,14 @@ def restored_condition(pod: dict) -> dict | None:
     return condition(pod, RESTORED_CONDITION)
 
 
-def tamper_pages(art: Path) -> Path:
-    """One flipped byte in the artifact's largest memory image; returns that file."""
+def tamper_pages(art: Path, offset: int = 4096) -> Path:
+    """One flipped byte, at ``offset``, in the artifact's largest memory image; returns that
+    file."""
     pages = max(art.rglob("pages-*.img"), key=lambda f: f.stat().st_size)
     with pages.open("r+b") as f:
-        f.seek(4096)
+        f.seek(offset)
         b = f.read(1)
-        f.seek(4096)
+        f.seek(offset)
         f.write(bytes([b[0] ^ 0xFF]))
     return pages
 

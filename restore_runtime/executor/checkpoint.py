@@ -197,11 +197,10 @@ def _suspend_cuda(
     """The quiesced tree's CUDA processes, their GPU state moved into their host memory;
     their namespace PIDs (which survive the restore, host PIDs do not), and the host's
     fingerprint (with the driver's, when the tree uses it)."""
-    candidates = procs.cuda_pids(req.pid)
-    host = host_info(src.gpu.drv if candidates else None, image_digest=req.image_digest)
-    if not candidates:
-        return [], host
-    with timer.phase("cuda"):
+    if not procs.cuda_pids(req.pid):
+        return [], host_info(None, image_digest=req.image_digest)
+    with timer.phase("cuda"):  # the driver's facts too: opening it is this phase's cost
+        host = host_info(src.gpu.drv, image_digest=req.image_digest)
         src.gpu.classify(req.pid)
         inflight.note_cuda(src.gpu.pids)
         cuda_ns_pids = [procs.ns_pid(p) for p in src.gpu.pids]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from api.handshake import READY_FOR_SNAPSHOT, RESTORE_COMPLETE
+from devnode import tamper_pages
 from restore_runtime import procs
 from restore_runtime.artifact import signing
 from restore_runtime.errors import CriuError, SnapshotError, VerificationError
@@ -41,16 +42,6 @@ def ctl(tmp_path: Path) -> Path:
     d = tmp_path / "ctl"
     d.mkdir()
     return d
-
-
-def flip_a_page_byte(art: Path, offset: int) -> None:
-    """Tamper with memory: one byte of the largest page image."""
-    pages = max((art / "criu").glob("pages-*.img"), key=lambda p: p.stat().st_size)
-    with open(pages, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0xFF]))
 
 
 def test_state_and_listening_socket_survive(tmp_path, cleanup_pids):
@@ -214,7 +205,7 @@ def test_tampered_artifact_is_refused_before_anything_runs(tmp_path, cleanup_pid
     cleanup_pids.append(pid)
     art = tmp_path / "art"
     checkpoint(CheckpointRequest(pid=pid, output=art))
-    flip_a_page_byte(art, 4096)
+    tamper_pages(art, 4096)
     with pytest.raises(VerificationError) as e:
         restore(RestoreRequest(artifact=art))
     assert [p.kind for p in e.value.problems] == ["modified"]
@@ -272,7 +263,7 @@ def test_failed_restore_leaves_nothing_and_frees_its_pids(tmp_path, cleanup_pids
     art, good = tmp_path / "art", tmp_path / "good"
     checkpoint(CheckpointRequest(pid=pid, output=art))
     shutil.copytree(art, good)
-    flip_a_page_byte(art, 8192)
+    tamper_pages(art, 8192)
     before = set(glob.glob("/tmp/snapshot-restore-*"))
     with pytest.raises(VerificationError):
         restore(RestoreRequest(artifact=art))
