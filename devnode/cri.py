@@ -66,6 +66,8 @@ class Crictl:
             if host_network
             else {},
         }
+        if not host_network:  # as the kubelet sets it (a pod on the host's network has the host's)
+            cfg["hostname"] = name
         path = self._write(cfg)
         pod = self.run("runp", "--runtime", handler, str(path)).stdout.strip()
         return pod, path

@@ -1,5 +1,6 @@
-"""Addresses of a network namespace, read with pyroute2 (netlink), for recording a source's
-pod IPs and finding the restore target's."""
+"""What a restore reads of the namespaces it restores into: a network namespace's addresses
+(with pyroute2, over netlink), for recording a source's pod IPs and finding the restore
+target's, and a UTS namespace's host name."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import TypeVar
 
 _SCOPE_UNIVERSE = 0
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUTS = 0x04000000
 _libc = ctypes.CDLL(None, use_errno=True)
 T = TypeVar("T")
 
@@ -23,32 +25,50 @@ def global_addresses(netns: str | None = None) -> list[str]:
 
 
 def in_netns(netns: str, fn: Callable[[], T]) -> T:
-    """``fn()`` run inside network namespace ``netns`` (a name or a path), by a short-lived
-    thread that setns(2)s into it: only that thread moves. Never a forked helper (pyroute2's
-    NetNS forks): a fork of an asyncio process, such as the shim, shares its signal wake-up
-    socket, so the helper's SIGTERM would reach the shim's loop."""
+    """``fn()`` run inside network namespace ``netns`` (a name or a path)."""
+    return in_namespace(netns_path(netns), CLONE_NEWNET, fn)
+
+
+def in_namespace(path: str, nstype: int, fn: Callable[[], T]) -> T:
+    """``fn()`` run inside the namespace at ``path`` (of type ``nstype``, a CLONE_NEW*
+    flag), by a short-lived thread that setns(2)s into it: only that thread moves. Never a
+    forked helper (pyroute2's NetNS forks): a fork of an asyncio process, such as the shim,
+    shares its signal wake-up socket, so the helper's SIGTERM would reach the shim's loop."""
     result: list[T] = []
     error: list[BaseException] = []
 
     def inside() -> None:
         try:
-            fd = os.open(netns_path(netns), os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY)
             try:
-                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                if _libc.setns(fd, nstype) != 0:
                     err = ctypes.get_errno()
-                    raise OSError(err, f"setns {netns}: {os.strerror(err)}")
+                    raise OSError(err, f"setns {path}: {os.strerror(err)}")
             finally:
                 os.close(fd)
             result.append(fn())
         except BaseException as e:  # handed to the caller's thread
             error.append(e)
 
-    t = threading.Thread(target=inside, name="netns-reader")
+    t = threading.Thread(target=inside, name="ns-reader")
     t.start()
     t.join()
     if error:
         raise error[0]
     return result[0]
+
+
+def hostname_of(spec: dict) -> str | None:
+    """The host name a container of OCI spec ``spec`` has: that of the UTS namespace it
+    joins (a pod's sandbox's: every container of a Kubernetes pod joins it), else the one the
+    spec sets for a namespace of its own; None when it shares the host's, or sets none."""
+    linux = spec.get("linux") or {}
+    uts = next((n for n in linux.get("namespaces") or [] if n.get("type") == "uts"), None)
+    if uts is None:
+        return None
+    if uts.get("path"):
+        return in_namespace(uts["path"], CLONE_NEWUTS, lambda: os.uname().nodename)
+    return spec.get("hostname") or None
 
 
 def preload() -> None:

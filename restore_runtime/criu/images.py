@@ -4,6 +4,10 @@ Network rebinding: a replica restores at a new pod IP, so every inet socket boun
 connected from) the old pod IP is rewritten to the new one before ``criu restore``. Listening
 sockets then come back on the new address; established connections are closed by
 ``--tcp-close`` anyway.
+
+Host name: CRIU sets the host name it dumped in the UTS namespace it restores into, and a
+container restored into a pod joins its sandbox's, which every container of the pod shares.
+The images are given the new pod's name first, so the pod keeps it.
 """
 
 from __future__ import annotations
@@ -45,6 +49,33 @@ def encode_addr(ip: str) -> list[int]:
     return list(struct.unpack("<4I", addr.packed))
 
 
+def _rewrite(out_dir: Path, name: str, data: dict) -> None:
+    """``name`` written into ``out_dir`` (the restore's private view of the images)."""
+    images = _pycriu_images()
+    tmp = out_dir / f".{name}.tmp"
+    with open(tmp, "wb") as f:
+        images.dump(data, f)
+    os.replace(tmp, out_dir / name)
+
+
+def rename_host(images_dir: Path, out_dir: Path, hostname: str) -> str | None:
+    """Write the UTS namespace's image into ``out_dir`` with host name ``hostname``; return
+    the name it had, or None when it had that one already, or the tree kept no UTS
+    namespace of its own (no image)."""
+    images = _pycriu_images()
+    for path in sorted(images_dir.glob("utsns-*.img")):
+        with open(path, "rb") as f:
+            data = images.load(f)
+        entry = data["entries"][0]
+        old = entry.get("nodename")
+        if old == hostname:
+            return None
+        entry["nodename"] = hostname
+        _rewrite(out_dir, path.name, data)
+        return old
+    return None
+
+
 def load_files(images_dir: Path) -> dict:
     images = _pycriu_images()
     with open(images_dir / FILES_IMG, "rb") as f:
@@ -54,7 +85,6 @@ def load_files(images_dir: Path) -> dict:
 def rebind(images_dir: Path, out_dir: Path, mapping: dict[str, str]) -> int:
     """Write ``out_dir/files.img`` with every socket address in ``mapping`` (old -> new IP)
     rewritten; return how many addresses changed. The source images are not modified."""
-    images = _pycriu_images()
     enc: dict[tuple[int, tuple[int, ...]], list[int]] = {}
     for old, new in mapping.items():
         o, n = ipaddress.ip_address(old), ipaddress.ip_address(new)
@@ -73,8 +103,5 @@ def rebind(images_dir: Path, out_dir: Path, mapping: dict[str, str]) -> int:
             if new is not None:
                 isk[key] = new
                 changed += 1
-    tmp = out_dir / f".{FILES_IMG}.tmp"
-    with open(tmp, "wb") as f:
-        images.dump(data, f)
-    os.replace(tmp, out_dir / FILES_IMG)
+    _rewrite(out_dir, FILES_IMG, data)
     return changed

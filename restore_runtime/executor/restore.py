@@ -3,7 +3,7 @@ returns the report.
 
     verify    the artifact's binding, manifest, signature, core files (hashed once, used
               from the work directory), credentials
-    setup     compat gates, staged images, rootfs diff, network rebinding
+    setup     compat gates, staged images, rootfs diff, network rebinding, host name
     criu      the restorer restores the tree, left stopped: ``criu restore`` (snapshotctl)
               or ``runc restore`` (the shim), tree_access.py
     fill      the memory file written into the tree by many threads, hashed as written
@@ -47,7 +47,7 @@ from ..criu import creds, images, memfile, runner
 from ..cuda.driver import CudaDriver, proc_gpu_minors
 from ..errors import IncompatibleError, Problem, SnapshotError, VerificationError
 from ..fill_ledger import Ledger
-from ..netns import global_addresses, netns_path, rebind_map
+from ..netns import global_addresses, hostname_of, netns_path, rebind_map
 from ..progress import Progress
 from ..timing import PhaseTimer
 from . import workdir
@@ -108,6 +108,7 @@ class Restore:
             self._gate(manifest)
             self._stage(manifest)
             self._rebind(manifest)
+            self._rename_host()
         self._verify_the_rest_meanwhile(manifest, pages)
         with self.phase("criu"):
             self._restoring = True
@@ -219,6 +220,17 @@ class Restore:
                 "the source shared the host's network namespace; it cannot be restored "
                 f"into {req.netns}"
             )
+
+    def _rename_host(self) -> None:
+        """The images given the host name of the UTS namespace the tree restores into: CRIU
+        sets the source's there, and a pod's containers share their sandbox's."""
+        if self.req.oci_spec is None:
+            return
+        with self.timer.step("hostname"):
+            hostname = hostname_of(self.req.oci_spec)
+            old = hostname and images.rename_host(self.verified / CRIU_DIR, self.images, hostname)
+        if old:
+            log.info("host name %s given as %s", old, hostname)
 
     def _verify_the_rest_meanwhile(self, manifest: Manifest, pages: list) -> None:
         """The page images hashed, and the memory index checked, while CRIU restores the

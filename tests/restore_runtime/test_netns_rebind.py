@@ -19,7 +19,7 @@ import pytest
 from restore_runtime.criu import images
 from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
 from restore_runtime.executor.restore import RestoreRequest, restore
-from restore_runtime.netns import global_addresses, rebind_map
+from restore_runtime.netns import global_addresses, hostname_of, rebind_map
 from tests.conftest import requires_criu
 from tests.helpers import ask, start_counter
 
@@ -115,3 +115,25 @@ def decode_addr(words: list[int], family: int) -> str:
     if family == socket.AF_INET:
         return str(ipaddress.IPv4Address(struct.pack("<I", *words[:1])))
     return str(ipaddress.IPv6Address(struct.pack("<4I", *words[:4])))
+
+
+@pytest.mark.root
+def test_the_host_name_is_read_from_the_uts_namespace_the_container_joins():
+    """A pod's container joins its sandbox's UTS namespace: the name is read there (a
+    process this test starts in a namespace of its own), else taken from the spec."""
+    p = subprocess.Popen(
+        ["unshare", "--uts", "sh", "-c", "hostname pod-b-7f6f8 && echo ok && exec sleep 60"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ok"
+        joins = {"linux": {"namespaces": [{"type": "uts", "path": f"/proc/{p.pid}/ns/uts"}]}}
+        assert hostname_of(joins) == "pod-b-7f6f8"
+        assert socket.gethostname() != "pod-b-7f6f8", "only the reading thread moved"
+    finally:
+        p.kill()
+        p.wait()
+    own = {"hostname": "ctr-1", "linux": {"namespaces": [{"type": "uts"}]}}
+    assert hostname_of(own) == "ctr-1"
+    assert hostname_of({"hostname": "x", "linux": {"namespaces": [{"type": "pid"}]}}) is None

@@ -150,12 +150,16 @@ def test_connection_in_flight_during_the_dump(cri, containerd):
         pass  # the source still accepts
 
 
+def hostname(cri, ctr: str) -> str:
+    return cri[0].run("exec", ctr, "hostname").stdout.strip()
+
+
 def test_restore_into_a_new_pod(cri, containerd, tmp_path):
     c, _ = cri
     art, ip_a, before = checkpoint_pod_a(cri, containerd)
     ctl = tmp_path / "ctl-b"
     ctl.mkdir()
-    pod_b, _, r = start_pod(cri, "dst", annotations=admitted(art), control=ctl)
+    pod_b, ctr_b, r = start_pod(cri, "dst", annotations=admitted(art), control=ctl)
     assert r.returncode == 0, r.stderr
     ip_b = c.pod_ip(pod_b)
     assert ip_b != ip_a
@@ -163,6 +167,9 @@ def test_restore_into_a_new_pod(cri, containerd, tmp_path):
     assert after["count"] == "4", "pod B continues pod A's in-memory state"
     assert after["digest"] == before["digest"]
     assert after["addr"] == f"{ip_b}:{PORT}", "the listening socket moved to B's IP"
+    # Regression: CRIU set A's host name in the UTS namespace B's containers share with its
+    # sandbox (a cold start after a failed restore then waited 10 s on DNS for its own name)
+    assert hostname(cri, ctr_b).startswith("dst-"), "pod B keeps its own host name"
     report = json.loads((ctl / RESTORE_REPORT).read_text())
     assert report["outcome"] == "restored"
     assert {"verify", "criu", "wake"} <= set(report["timings"])
