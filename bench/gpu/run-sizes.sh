@@ -18,6 +18,11 @@
 #       # the curve's largest point (18.1 B parameters), alone in a call
 #   BUNDLE=1 TAG=bundle SHIM_ONLY=1 bash bench/gpu/run-sizes.sh 1.3b
 #       # the shim from the node bundle (.bundle, from bundle-carry.sh), not this machine's Python
+#   SHIM_ONLY=1 MODES="gpu pinned pageable" SHIM_FLAGS="--restores 1 --in-pod 2" \
+#     bash bench/gpu/run-sizes.sh 1.3b
+#       # each size once per sleep mode of the worker (bench/gpu/sleep.py): the weights in one
+#       # virtual-memory range, kept on the GPU, in pinned or in pageable host memory asleep
+#       # (gpu-shim-proof-1.3b-pinned.json, ...)
 #   TAG=vllm-2 SHIM_ONLY=1 SHIM_FLAGS="--quiesce vllm --engines 2" bash bench/gpu/run-sizes.sh 1.3b
 #       # TAG names the results (gpu-shim-proof-1.3b-vllm-2.json), so runs of one size can
 #       # share a call; LOGS (default $OUT) is where the log archives go
@@ -47,6 +52,8 @@ if [[ -n "${BUNDLE:-}" ]]; then
   echo "shim from the node bundle $(readlink $v), on glibc $(ldd --version | head -1 | awk '{print $NF}')"
 fi
 port=18700
+read -ra modes <<<"${MODES:-}"
+[[ ${#modes[@]} -gt 0 ]] || modes=("")  # one run, the worker's default allocator
 for size in "$@"; do
   case "$size" in
     0.35b) model=(--layers 24 --width 1024 --heads 16) ;;
@@ -57,19 +64,22 @@ for size in "$@"; do
     18b) model=(--layers 40 --width 6144 --heads 48) ;;
     *) echo "unknown size $size" >&2; exit 2 ;;
   esac
-  tag="$size${TAG:+-$TAG}"
-  work="/tmp/run-sizes/$tag"
-  mkdir -p "$work"
-  port=$((port + 2))
-  timeout -s INT "${SHIM_TIMEOUT:-280}" python3 bench/gpu/shim_proof.py --out "$work" \
-    --port "$port" "${model[@]}" --name "gpu-shim-proof-$tag" ${SHIM_FLAGS:-} \
-    2>&1 | tee "$work/shim_proof.log" | tail -8
-  cp "$work/gpu-shim-proof-$tag.json" "$OUT/"
-  grep -h "step \|phase \|thread-seconds" "$work"/*shim*.log 2>/dev/null | tail -12
-  [[ -n "${SHIM_ONLY:-}" ]] && { tar -czf "${LOGS:-$OUT}/logs-$tag.tgz" -C "$work" .; continue; }
-  timeout -s INT 280 python3 bench/gpu/proof.py --out "$work" --port "$((port + 1))" \
-    "${model[@]}" --kv-gb 16 ${PROOF_FLAGS:---leave-running} --name "gpu-bench-$tag" 2>&1 \
-    | tee "$work/proof.log" | tail -8
-  cp "$work/gpu-bench-$tag.json" "$OUT/"
-  tar -czf "${LOGS:-$OUT}/logs-$tag.tgz" -C "$work" --exclude='*.json' .
+  for mode in "${modes[@]}"; do
+    tag="$size${mode:+-$mode}${TAG:+-$TAG}"
+    work="/tmp/run-sizes/$tag"
+    mkdir -p "$work"
+    port=$((port + 2))
+    timeout -s INT "${SHIM_TIMEOUT:-280}" python3 bench/gpu/shim_proof.py --out "$work" \
+      --port "$port" "${model[@]}" --name "gpu-shim-proof-$tag" ${SHIM_FLAGS:-} \
+      ${mode:+--sleep "$mode"} 2>&1 | tee "$work/shim_proof.log" | tail -8
+    cp "$work/gpu-shim-proof-$tag.json" "$OUT/"
+    grep -h "step \|phase \|thread-seconds" "$work"/*shim*.log 2>/dev/null | tail -12
+    grep -h "sleep_s=\|wake_s=" "$work"/*.log 2>/dev/null | tail -6
+    [[ -n "${SHIM_ONLY:-}" ]] && { tar -czf "${LOGS:-$OUT}/logs-$tag.tgz" -C "$work" .; continue; }
+    timeout -s INT 280 python3 bench/gpu/proof.py --out "$work" --port "$((port + 1))" \
+      "${model[@]}" --kv-gb 16 ${PROOF_FLAGS:---leave-running} --name "gpu-bench-$tag" 2>&1 \
+      | tee "$work/proof.log" | tail -8
+    cp "$work/gpu-bench-$tag.json" "$OUT/"
+    tar -czf "${LOGS:-$OUT}/logs-$tag.tgz" -C "$work" --exclude='*.json' .
+  done
 done

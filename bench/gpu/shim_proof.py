@@ -261,6 +261,7 @@ def restore_one(node: Containerd, args, art: Path, ck: dict, dst: str, work: Pat
         digest, ref = state_digest(digest), state_digest(ref)
     report = json.loads((ctl / RESTORE_REPORT).read_text())
     one = {"first_response_s": round(restore_s, 3), "identical": digest == ref,
+           **worker_times(args.out / f"{dst}.log"),
            "start_rc": started.returncode, "start_stderr": started.stderr[-2000:],
            "report": report, "vmstat": counters}  # fmt: skip
     if log := shim_log_of(pod or dst):
@@ -275,6 +276,15 @@ def restore_one(node: Containerd, args, art: Path, ck: dict, dst: str, work: Pat
     one["task_after_kill"] = node.ctr("task", "ls", check=False).stdout
     one["delete_rc"] = node.ctr("task", "rm", "-f", dst, check=False).returncode
     return one
+
+
+def worker_times(log: Path) -> dict[str, float]:
+    """The worker's own sleep and wake times (``sleep_s=``, ``wake_s=``), from its output."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return {}
+    return {m[1]: float(m[2]) for m in re.finditer(r"\b(sleep_s|wake_s)=([\d.]+)", text)}
 
 
 def shim_log_of(container: str) -> Path | None:
@@ -391,6 +401,10 @@ def main() -> int:
     ap.add_argument("--pinned-gb", type=float, default=0.0,
                     help="the worker also holds this much pinned host memory, as an engine's "
                          "sleep mode keeps its weights (a shared mapping)")  # fmt: skip
+    ap.add_argument("--sleep", choices=["gpu", "pinned", "pageable"], default="",
+                    help="the worker's weights in one virtual-memory range, kept on the GPU "
+                         "asleep, or moved to pinned or pageable host memory "
+                         "(bench/gpu/sleep.py)")  # fmt: skip
     ap.add_argument(
         "--smoke",
         action="store_true",
@@ -402,7 +416,8 @@ def main() -> int:
     worker = [sys.executable, str(HERE / "worker.py"), "--port", str(args.port),
               "--layers", str(args.layers), "--width", str(args.width),
               "--heads", str(args.heads), "--kv-gb", str(args.kv_gb),
-              "--engines", str(args.engines), "--pinned-gb", str(args.pinned_gb)]  # fmt: skip
+              "--engines", str(args.engines), "--pinned-gb", str(args.pinned_gb),
+              *(["--sleep", args.sleep] if args.sleep else [])]  # fmt: skip
     if args.smoke:
         worker = [sys.executable, str(ROOT / "tests" / "workloads" / "counter_server.py"),
                   "0.0.0.0", str(args.port)]  # fmt: skip
@@ -415,6 +430,7 @@ def main() -> int:
                       bin_dirs=[str(shim_bin(work))])  # fmt: skip
     model = {"layers": args.layers, "width": args.width, "heads": args.heads,
              "kv_gb": args.kv_gb, "engines": args.engines, "pinned_gb": args.pinned_gb,
+             "sleep": args.sleep or "torch allocator, on the GPU",
              "params": args.engines * gpt_params(args.layers, args.width)}  # fmt: skip
     res: dict = {"command": " ".join(sys.argv), "machine": platform.node(), "ok": False,
                  "quiesce": args.quiesce, "shim": os.environ.get("SNAPSHOT_BUNDLE", "checkout"),
@@ -440,6 +456,7 @@ def main() -> int:
             "phases": ck["timings"],
             "steps": ck["steps"],
             "artifact_bytes": ck["sizeBytes"],
+            **worker_times(args.out / "src.log"),
         }
         remove(node, SRC)
         try:

@@ -23,8 +23,13 @@ mapping the driver registers), filled with a pattern, as vLLM's sleep mode keeps
 in; the digest then covers a sample of it (64 bytes of every MiB), so a restore that lost or
 zeroed it answers differently.
 
+With --sleep gpu|pinned|pageable its weights live in one range of the driver's virtual-memory
+API, as vLLM's allocator keeps them, and its sleep (at a checkpoint's quiesce) keeps them on
+the GPU, moves them to pinned host memory as vLLM's level 1 does, or to pageable memory copied
+back in pinned pieces at wake (bench/gpu/sleep.py). It prints ``sleep_s`` and ``wake_s``.
+
     python worker.py --port 8000 --layers 24 --width 2048 --kv-gb 16 [--api-port 8001]
-                     [--engines 2] [--pinned-gb 8]
+                     [--engines 2] [--pinned-gb 8] [--sleep pageable]
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ import torch._inductor.async_compile
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+import sleep  # bench/gpu, beside this file: the script's directory is on sys.path
+
 from restore_runtime.workload import Handshake
 
 VOCAB = 50257
@@ -89,7 +96,11 @@ class Engine:
         # Weights are made on the CPU and copied over, as a real server loads them from disk.
         model = GPT(args.layers, args.width, args.heads).to(torch.bfloat16).eval()
         self.params = sum(p.numel() for p in model.parameters())
-        model = model.cuda()
+        mode = getattr(args, "sleep", "")
+        # in one range of the driver's virtual-memory API, as vLLM's allocator keeps them
+        self.sleeper = sleep.Sleeper(mode, sleep.place(model)) if mode else None
+        if not mode:
+            model = model.cuda()
         self.weights_s = time.time() - t0
         # before the warm-up: every answer covers it
         self.pinned = _pinned(getattr(args, "pinned_gb", 0.0), seed)
@@ -100,6 +111,7 @@ class Engine:
             self.infer()
         self.kv_elems = int(args.kv_gb / max(args.engines, 1) * 2**30 / 2)
         self.kv: torch.Tensor | None = None
+        self.asleep = False
         self.allocate()
 
     def infer(self) -> str:
@@ -111,6 +123,10 @@ class Engine:
             return h.hexdigest()
 
     def allocate(self) -> None:
+        if self.sleeper and self.asleep:
+            print(f"woke mode={self.sleeper.mode} wake_s={self.sleeper.wake():.3f}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            self.asleep = False
         if self.kv_elems:
             self.kv = torch.empty(self.kv_elems, dtype=torch.bfloat16, device="cuda")
 
@@ -123,6 +139,10 @@ class Engine:
         self.kv = None
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
+        if self.sleeper and not self.asleep:
+            print(f"slept mode={self.sleeper.mode} sleep_s={self.sleeper.sleep():.3f}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            self.asleep = True
 
 
 def _pinned(gb: float, seed: int) -> torch.Tensor | None:
@@ -157,6 +177,7 @@ class Ranks:
             str(args.engines),
             "--pinned-gb",
             str(args.pinned_gb / max(args.engines, 1)),
+            *(["--sleep", args.sleep] if args.sleep else []),
         ]
         self.procs = [
             subprocess.Popen(
@@ -219,6 +240,9 @@ def main() -> None:
     ap.add_argument("--engines", type=int, default=1, help="engine processes behind a front")
     ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("--pinned-gb", type=float, default=0.0, help="pinned host memory held")
+    ap.add_argument("--sleep", choices=sleep.MODES, default="",
+                    help="weights in one virtual-memory range, and where they go asleep "
+                         "(bench/gpu/sleep.py); unset: torch's allocator, on the GPU")  # fmt: skip
     args = ap.parse_args()
     if args.rank >= 0:
         return engine_process(args)

@@ -1,0 +1,202 @@
+"""The stand-in's weights in one device range of the driver's virtual-memory API, as vLLM's
+CuMemAllocator keeps them, and the ways an engine can sleep with them.
+
+The range's addresses are reserved once, before ``torch.compile``, so the CUDA graphs keep
+pointing at them: sleep copies the weights out and unmaps the GPU memory behind the range,
+wake maps new memory at the same addresses and copies them back. Three modes:
+
+- ``gpu``: the weights stay mapped on the GPU (the CUDA checkpoint carries them);
+- ``pinned``: vLLM's level 1: copied to pinned host memory (``pin_memory=True``, a shared
+  mapping the driver registers), copied back at wake from it;
+- ``pageable``: copied to ordinary private memory (huge pages advised), each 512 MiB piece
+  registered with the driver only while its copy runs, the next registered while the last
+  copies; the restore then fills that memory like any other, and the CUDA phase has no
+  weights to restore.
+
+Driver calls go through ``ctypes`` to the ``libcuda.so.1`` torch has loaded; torch's
+context is current on the calling thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import mmap
+import os
+import time
+
+import torch
+
+PIECE = 512 << 20
+MODES = ("gpu", "pinned", "pageable")
+
+
+class _Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _Prop(ctypes.Structure):  # CUmemAllocationProp
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("handle_types", ctypes.c_int),
+        ("location", _Location),
+        ("win32", ctypes.c_void_p),
+        ("compression", ctypes.c_ubyte),
+        ("rdma", ctypes.c_ubyte),
+        ("usage", ctypes.c_ushort),
+        ("reserved", ctypes.c_ubyte * 4),
+    ]
+
+
+class _Access(ctypes.Structure):  # CUmemAccessDesc
+    _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
+
+
+_PINNED, _DEVICE, _READ_WRITE = 1, 1, 3
+
+
+def _driver() -> ctypes.CDLL:
+    torch.zeros(1, device="cuda")  # the primary context, current on this thread
+    try:  # the one torch loaded, found by its soname
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        where = os.environ.get("TRITON_LIBCUDA_PATH", "")
+        return ctypes.CDLL(os.path.join(where, "libcuda.so.1"))
+
+
+class _Cuda:
+    def __init__(self) -> None:
+        self.lib = _driver()
+
+    def __call__(self, name: str, *args) -> None:
+        rc = getattr(self.lib, name)(*args)
+        if rc != 0:
+            raise RuntimeError(f"{name} failed: CUresult {rc}")
+
+
+class _CudaArray:
+    """A device pointer torch can wrap without copying."""
+
+    def __init__(self, ptr: int, n: int) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": (n,),
+            "typestr": "|u1",
+            "data": (ptr, False),
+            "version": 3,
+        }
+
+
+class DeviceRange:
+    """``nbytes`` (rounded up to the driver's granularity) of device memory at addresses that
+    outlive the memory behind them."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.cu = _Cuda()
+        dev = torch.cuda.current_device()
+        self.prop = _Prop(type=_PINNED, location=_Location(_DEVICE, dev))
+        self.access = _Access(location=_Location(_DEVICE, dev), flags=_READ_WRITE)
+        gran = ctypes.c_size_t()
+        self.cu("cuMemGetAllocationGranularity", ctypes.byref(gran), ctypes.byref(self.prop), 0)
+        self.size = -(-nbytes // gran.value) * gran.value
+        ptr = ctypes.c_uint64()
+        self.cu("cuMemAddressReserve", ctypes.byref(ptr), ctypes.c_size_t(self.size),
+                ctypes.c_size_t(0), ctypes.c_uint64(0), ctypes.c_uint64(0))  # fmt: skip
+        self.ptr = ptr.value
+        self.handle: int | None = None
+        self.map()
+        # the whole range, so host copies are whole pages (cuMemHostRegister's unit)
+        self.tensor = torch.as_tensor(_CudaArray(self.ptr, self.size), device="cuda")
+
+    def map(self) -> None:
+        handle = ctypes.c_uint64()
+        size = ctypes.c_size_t(self.size)
+        self.cu("cuMemCreate", ctypes.byref(handle), size, ctypes.byref(self.prop),
+                ctypes.c_uint64(0))  # fmt: skip
+        self.cu("cuMemMap", ctypes.c_uint64(self.ptr), size, ctypes.c_size_t(0), handle,
+                ctypes.c_uint64(0))  # fmt: skip
+        self.cu("cuMemSetAccess", ctypes.c_uint64(self.ptr), size, ctypes.byref(self.access),
+                ctypes.c_size_t(1))  # fmt: skip
+        self.handle = handle.value
+
+    def unmap(self) -> None:
+        torch.cuda.synchronize()
+        self.cu("cuMemUnmap", ctypes.c_uint64(self.ptr), ctypes.c_size_t(self.size))
+        self.cu("cuMemRelease", ctypes.c_uint64(self.handle))
+        self.handle = None
+
+
+def place(model: torch.nn.Module) -> DeviceRange:
+    """Every parameter of ``model`` (on the CPU) moved into one device range, in order."""
+    params = list(model.parameters())
+    sizes = [-(-p.numel() * p.element_size() // 256) * 256 for p in params]
+    rng = DeviceRange(sum(sizes))
+    at = 0
+    for p, n in zip(params, sizes, strict=True):
+        view = rng.tensor[at : at + p.numel() * p.element_size()].view(p.dtype).view(p.shape)
+        view.copy_(p.data)
+        p.data = view
+        at += n
+    torch.cuda.synchronize()
+    return rng
+
+
+def _piecewise(host: torch.Tensor, dev: torch.Tensor, to_device: bool, cu: _Cuda) -> None:
+    """Copy between pageable ``host`` and ``dev``, each piece page-locked only for its copy:
+    the next piece is registered while the last one copies, then the last unregistered."""
+    stream = torch.cuda.Stream()
+    pending: list[tuple[torch.cuda.Event, int]] = []
+    for at in range(0, host.numel(), PIECE):
+        h, d = host[at : at + PIECE], dev[at : at + PIECE]
+        ptr = h.data_ptr()
+        cu("cuMemHostRegister_v2", ctypes.c_void_p(ptr), ctypes.c_size_t(h.numel()), 0)
+        with torch.cuda.stream(stream):
+            (d if to_device else h).copy_(h if to_device else d, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(stream)
+        pending.append((done, ptr))
+        while len(pending) > 1 or (pending and at + PIECE >= host.numel()):
+            event, p = pending.pop(0)
+            event.synchronize()
+            cu("cuMemHostUnregister", ctypes.c_void_p(p))
+
+
+class Sleeper:
+    """The weights' range and where they go while the engine sleeps."""
+
+    def __init__(self, mode: str, rng: DeviceRange) -> None:
+        if mode not in MODES:
+            raise ValueError(f"sleep mode {mode!r}: one of {', '.join(MODES)}")
+        self.mode, self.rng = mode, rng
+        self.host: torch.Tensor | None = None
+        self._map: mmap.mmap | None = None
+
+    def sleep(self) -> float:
+        t0 = time.monotonic()
+        n = self.rng.tensor.numel()
+        if self.mode == "pinned":  # as vLLM's CuMemAllocator.sleep(offload_tags=weights)
+            self.host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+            self.host.copy_(self.rng.tensor)
+        elif self.mode == "pageable":
+            self._map = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            self._map.madvise(mmap.MADV_HUGEPAGE)
+            self.host = torch.frombuffer(self._map, dtype=torch.uint8)
+            _piecewise(self.host, self.rng.tensor, to_device=False, cu=self.rng.cu)
+        if self.mode != "gpu":
+            self.rng.unmap()
+        return time.monotonic() - t0
+
+    def wake(self) -> float:
+        t0 = time.monotonic()
+        if self.mode == "pinned":
+            self.rng.map()
+            self.rng.tensor.copy_(self.host)
+        elif self.mode == "pageable":
+            self.rng.map()
+            _piecewise(self.host, self.rng.tensor, to_device=True, cu=self.rng.cu)
+        torch.cuda.synchronize()
+        self.host = None  # vLLM drops its CPU copy at wake too
+        if self._map is not None:
+            with contextlib.suppress(BufferError):  # a view still held: freed by the collector
+                self._map.close()
+            self._map = None
+        return time.monotonic() - t0
