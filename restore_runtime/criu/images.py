@@ -61,7 +61,9 @@ def _rewrite(out_dir: Path, name: str, data: dict) -> None:
 def rename_host(images_dir: Path, out_dir: Path, hostname: str) -> str | None:
     """Write the UTS namespace's image into ``out_dir`` with host name ``hostname``; return
     the name it had, or None when it had that one already, or the tree kept no UTS
-    namespace of its own (no image)."""
+    namespace of its own (no image). There is at most one: CRIU dumps nested namespaces of
+    the mount, network and cgroup kinds only (``CLONE_SUBNS``) and refuses a tree whose
+    processes made UTS namespaces of their own."""
     images = _pycriu_images()
     for path in sorted(images_dir.glob("utsns-*.img")):
         with open(path, "rb") as f:
