@@ -54,7 +54,7 @@ def table(rs: list[dict]) -> str:
     lines = [
         "| parameters | weights asleep | artifact GB | cold s | restore s, in a pod | "
         "restore s, `ctr run` | speed-up | CRIU s | fill s (GB/s) | CUDA s | wake s | "
-        "artifact GB / restore s | checkpoint s (CUDA, CRIU, sleep) |",
+        "artifact GB / first answer s | checkpoint s (CUDA, CRIU, sleep) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
@@ -70,7 +70,7 @@ def table(rs: list[dict]) -> str:
             f"| {r['params_b']:.2f} B | {r['sleep']} | {r['gb']:.1f} | {r['cold']:.1f} | "
             f"{spread(r['in_pod'])} | {spread(r['first'])} | {r['cold'] / first:.1f}x | "
             f"{p['criu']:.2f} | {p['fill']:.2f} ({r['fill_gb_s']:.1f}) | {p['cuda']:.2f} | "
-            f"{wake:.2f} | {r['gb'] / r['total']:.1f} | {r['checkpoint']:.1f} "
+            f"{wake:.2f} | {r['gb'] / first:.1f} | {r['checkpoint']:.1f} "
             f"({r['ckpt_cuda']:.1f}, {r['ckpt_criu']:.1f}{sleep}) |"
         )
     return "\n".join(lines)
@@ -105,6 +105,7 @@ def plot(rs: list[dict], out: Path, title: str) -> None:
         ax.plot([x], [first], "k_", markersize=12)
         ax.annotate(f"{r['sleep']}\n{first:.1f} s", (x, max(first, bottom)),
                     textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)  # fmt: skip
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.12)  # room for the labels
     ax.set_xticks(range(len(sizes)), [f"{s:.2f} B" for s in sizes])
     ax.set_xlabel("parameters (weights asleep: on the GPU, pinned or pageable host memory)")
     ax.set_ylabel("restore, s (bars: phases; dash: first correct answer)")
