@@ -10,6 +10,9 @@ inference server without pulling in the engine.
 free the KV cache, drop connections. The helper then writes ``ready-for-snapshot`` and waits.
 The process is frozen and dumped while it waits; in a restored replica (or a source left
 running) ``restore-complete`` appears and ``resume(info)`` runs with the new pod IP.
+
+An engine that moves its weights to host memory in ``quiesce`` restores fastest with them in
+pageable memory: ``restore_runtime.offload.HostCopy``.
 """
 
 from __future__ import annotations

@@ -158,7 +158,10 @@ def test_shim_layer_check_catches_an_upward_import(tmp_path):
 
 def test_workload_helper_stays_standard_library_only():
     allowed_local = {"api", "restore_runtime", "__future__"}
-    mods = imports(ROOT / "restore_runtime" / "workload.py") | imports(
-        ROOT / "api" / "handshake.py"
+    mods = (
+        imports(ROOT / "restore_runtime" / "workload.py")
+        | imports(ROOT / "restore_runtime" / "offload.py")
+        | imports(ROOT / "restore_runtime" / "errors.py")
+        | imports(ROOT / "api" / "handshake.py")
     )
     assert {m.split(".")[0] for m in mods} - set(sys.stdlib_module_names) <= allowed_local

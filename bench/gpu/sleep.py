@@ -10,8 +10,8 @@ wake maps new memory at the same addresses and copies them back. Three modes:
   mapping the driver registers), copied back at wake from it;
 - ``pageable``: copied to ordinary private memory (huge pages advised), each 512 MiB piece
   registered with the driver only while its copy runs, the next registered while the last
-  copies; the restore then fills that memory like any other, and the CUDA phase has no
-  weights to restore.
+  copies (``restore_runtime.offload``, the library an engine would use); the restore then
+  fills that memory like any other, and the CUDA phase has no weights to restore.
 
 Driver calls go through ``ctypes`` to the ``libcuda.so.1`` torch has loaded; torch's
 context is current on the calling thread.
@@ -19,15 +19,14 @@ context is current on the calling thread.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import mmap
 import os
 import time
 
 import torch
 
-PIECE = 512 << 20
+from restore_runtime.offload import HostCopy
+
 MODES = ("gpu", "pinned", "pageable")
 
 
@@ -140,26 +139,6 @@ def place(model: torch.nn.Module) -> DeviceRange:
     return rng
 
 
-def _piecewise(host: torch.Tensor, dev: torch.Tensor, to_device: bool, cu: _Cuda) -> None:
-    """Copy between pageable ``host`` and ``dev``, each piece page-locked only for its copy:
-    the next piece is registered while the last one copies, then the last unregistered."""
-    stream = torch.cuda.Stream()
-    pending: list[tuple[torch.cuda.Event, int]] = []
-    for at in range(0, host.numel(), PIECE):
-        h, d = host[at : at + PIECE], dev[at : at + PIECE]
-        ptr = h.data_ptr()
-        cu("cuMemHostRegister_v2", ctypes.c_void_p(ptr), ctypes.c_size_t(h.numel()), 0)
-        with torch.cuda.stream(stream):
-            (d if to_device else h).copy_(h if to_device else d, non_blocking=True)
-        done = torch.cuda.Event()
-        done.record(stream)
-        pending.append((done, ptr))
-        while len(pending) > 1 or (pending and at + PIECE >= host.numel()):
-            event, p = pending.pop(0)
-            event.synchronize()
-            cu("cuMemHostUnregister", ctypes.c_void_p(p))
-
-
 class Sleeper:
     """The weights' range and where they go while the engine sleeps."""
 
@@ -168,7 +147,7 @@ class Sleeper:
             raise ValueError(f"sleep mode {mode!r}: one of {', '.join(MODES)}")
         self.mode, self.rng = mode, rng
         self.host: torch.Tensor | None = None
-        self._map: mmap.mmap | None = None
+        self.pageable: HostCopy | None = None
 
     def sleep(self) -> float:
         t0 = time.monotonic()
@@ -176,11 +155,9 @@ class Sleeper:
         if self.mode == "pinned":  # as vLLM's CuMemAllocator.sleep(offload_tags=weights)
             self.host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
             self.host.copy_(self.rng.tensor)
-        elif self.mode == "pageable":
-            self._map = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            self._map.madvise(mmap.MADV_HUGEPAGE)
-            self.host = torch.frombuffer(self._map, dtype=torch.uint8)
-            _piecewise(self.host, self.rng.tensor, to_device=False, cu=self.rng.cu)
+        elif self.mode == "pageable":  # the library's fast path, as an engine would take it
+            self.pageable = HostCopy(n)
+            self.pageable.from_device(self.rng.ptr)
         if self.mode != "gpu":
             self.rng.unmap()
         return time.monotonic() - t0
@@ -190,13 +167,11 @@ class Sleeper:
         if self.mode == "pinned":
             self.rng.map()
             self.rng.tensor.copy_(self.host)
-        elif self.mode == "pageable":
+        elif self.mode == "pageable" and self.pageable is not None:
             self.rng.map()
-            _piecewise(self.host, self.rng.tensor, to_device=True, cu=self.rng.cu)
+            self.pageable.to_device(self.rng.ptr)
+            self.pageable.close()
+            self.pageable = None
         torch.cuda.synchronize()
         self.host = None  # vLLM drops its CPU copy at wake too
-        if self._map is not None:
-            with contextlib.suppress(BufferError):  # a view still held: freed by the collector
-                self._map.close()
-            self._map = None
         return time.monotonic() - t0

@@ -1,0 +1,183 @@
+"""Weights asleep in pageable host memory: the fast path through a checkpoint and restore.
+Standard library only (the CUDA driver through ``ctypes``), like ``restore_runtime.workload``:
+import it from any inference server.
+
+An engine that sleeps before its checkpoint (vLLM's level 1, say) moves its weights to host
+memory. Kept in *pinned* memory (``pin_memory=True``, ``cudaHostAlloc``), they restore slowly:
+pinned memory is a shared mapping, slower to fill, and the driver restores the whole pinned
+allocation itself. Kept in ordinary private memory, they are filled with the rest of the
+process at memory speed, the driver has nothing of theirs to restore, and the wake copies them
+back with each piece page-locked only while its copy runs (measured on an H100: 6.65 B in
+2.14-2.25 s against 5.75-5.83 s pinned; docs/gpu-nodes.md)::
+
+    from restore_runtime.offload import HostCopy
+
+    copy = HostCopy(nbytes)        # pageable host memory, huge pages advised
+    copy.from_device(dev_ptr)      # at sleep; then the engine frees or unmaps the GPU memory
+    ...                            # checkpoint; a restored replica goes on from here
+    copy.to_device(dev_ptr)        # at wake, once GPU memory is mapped there again
+    copy.close()
+
+The calling thread must have the engine's CUDA context current. The GPU memory's addresses
+must survive the sleep (the driver's virtual-memory API: unmap and map again at the same
+range, as vLLM's CuMemAllocator does), or the engine passes the new address at wake.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+from collections import deque
+from contextlib import suppress
+from typing import Protocol
+
+from .errors import CudaError
+
+#: bytes page-locked at a time: the next piece is registered while the last one copies
+PIECE = 512 << 20
+_ALIGN = 2 << 20  # whole huge pages
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+class Driver(Protocol):
+    """The driver calls a piecewise copy makes (``CudaDriver`` below)."""
+
+    def register(self, host: int, n: int) -> None: ...
+    def unregister(self, host: int) -> None: ...
+    def stream(self) -> int: ...
+    def destroy_stream(self, stream: int) -> None: ...
+    def copy(self, to_device: bool, dev: int, host: int, n: int, stream: int) -> None: ...
+    def record(self, stream: int) -> int: ...
+    def wait(self, event: int) -> None: ...
+
+
+class CudaDriver:
+    """``libcuda.so.1``, the one the engine loaded (found by its soname)."""
+
+    def __init__(self, lib: ctypes.CDLL | None = None) -> None:
+        self.lib = lib or ctypes.CDLL("libcuda.so.1")
+        ctx = ctypes.c_void_p()
+        self._call("cuCtxGetCurrent", ctypes.byref(ctx))
+        if not ctx.value:
+            raise CudaError("no CUDA context is current on this thread: call from the engine's")
+
+    def _call(self, name: str, *args: object) -> None:
+        rc = getattr(self.lib, name)(*args)
+        if rc != 0:
+            raise CudaError(f"{name} failed: CUresult {rc}")
+
+    def register(self, host: int, n: int) -> None:
+        self._call("cuMemHostRegister_v2", ctypes.c_void_p(host), ctypes.c_size_t(n), 0)
+
+    def unregister(self, host: int) -> None:
+        self._call("cuMemHostUnregister", ctypes.c_void_p(host))
+
+    def stream(self) -> int:
+        s = ctypes.c_void_p()
+        self._call("cuStreamCreate", ctypes.byref(s), 1)  # CU_STREAM_NON_BLOCKING
+        return s.value or 0
+
+    def destroy_stream(self, stream: int) -> None:
+        self._call("cuStreamDestroy_v2", ctypes.c_void_p(stream))
+
+    def copy(self, to_device: bool, dev: int, host: int, n: int, stream: int) -> None:
+        d, h, size, s = (
+            ctypes.c_uint64(dev),
+            ctypes.c_void_p(host),
+            ctypes.c_size_t(n),
+            ctypes.c_void_p(stream),
+        )
+        if to_device:
+            self._call("cuMemcpyHtoDAsync_v2", d, h, size, s)
+        else:
+            self._call("cuMemcpyDtoHAsync_v2", h, d, size, s)
+
+    def record(self, stream: int) -> int:
+        e = ctypes.c_void_p()
+        self._call("cuEventCreate", ctypes.byref(e), 2)  # CU_EVENT_DISABLE_TIMING
+        self._call("cuEventRecord", e, ctypes.c_void_p(stream))
+        return e.value or 0
+
+    def wait(self, event: int) -> None:
+        self._call("cuEventSynchronize", ctypes.c_void_p(event))
+        self._call("cuEventDestroy_v2", ctypes.c_void_p(event))
+
+
+def copy_in_pieces(driver: Driver, host: int, dev: int, n: int, to_device: bool,
+                   piece: int = PIECE) -> None:  # fmt: skip
+    """Copy ``n`` bytes between pageable ``host`` memory and ``dev``, each piece page-locked
+    only while its copy runs: piece k+1 is registered and its copy queued before piece k is
+    waited for and unregistered, so the pinning overlaps the copies. On an error every piece
+    still registered is unregistered (after its copy ended) before the error goes on."""
+    stream = driver.stream()
+    pending: deque[tuple[int | None, int]] = deque()  # (event, host address) per piece
+    try:
+        for at in range(0, n, piece):
+            size = min(piece, n - at)
+            driver.register(host + at, size)
+            pending.append((None, host + at))
+            driver.copy(to_device, dev + at, host + at, size, stream)
+            pending[-1] = (driver.record(stream), host + at)
+            while len(pending) > 1 or (pending and at + size >= n):
+                event, address = pending[0]
+                assert event is not None
+                driver.wait(event)
+                pending.popleft()
+                driver.unregister(address)
+    finally:
+        for event, address in pending:  # only on an error
+            with suppress(CudaError):
+                if event is not None:
+                    driver.wait(event)
+            with suppress(CudaError):
+                driver.unregister(address)
+        driver.destroy_stream(stream)
+
+
+class HostCopy:
+    """``nbytes`` of private, pageable host memory (huge pages advised), to hold a device
+    range while the engine sleeps. Not pinned: a restore fills it at memory speed."""
+
+    def __init__(self, nbytes: int, driver: Driver | None = None) -> None:
+        if nbytes <= 0:
+            raise ValueError(f"nbytes must be positive, not {nbytes}")
+        self.nbytes = nbytes
+        self.size = -(-nbytes // _ALIGN) * _ALIGN
+        self._driver = driver
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]  # fmt: skip
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        self._libc = libc
+        ptr = libc.mmap(None, self.size, mmap.PROT_READ | mmap.PROT_WRITE,
+                        mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)  # fmt: skip
+        if ptr in (None, _MAP_FAILED):
+            raise OSError(ctypes.get_errno(), f"mmap of {self.size} bytes failed")
+        self.ptr: int | None = ptr
+        libc.madvise(ptr, self.size, mmap.MADV_HUGEPAGE)  # advice: refused is harmless
+
+    def _pieces(self, dev_ptr: int, to_device: bool) -> None:
+        if self.ptr is None:
+            raise ValueError("the host copy is closed")
+        if self._driver is None:
+            self._driver = CudaDriver()
+        copy_in_pieces(self._driver, self.ptr, dev_ptr, self.nbytes, to_device)
+
+    def from_device(self, dev_ptr: int) -> None:
+        self._pieces(dev_ptr, to_device=False)
+
+    def to_device(self, dev_ptr: int) -> None:
+        self._pieces(dev_ptr, to_device=True)
+
+    def close(self) -> None:
+        if self.ptr is not None:
+            self._libc.munmap(self.ptr, self.size)
+            self.ptr = None
+
+    def __enter__(self) -> HostCopy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
