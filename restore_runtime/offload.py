@@ -37,6 +37,12 @@ from .errors import CudaError
 PIECE = 512 << 20
 _ALIGN = 2 << 20  # whole huge pages
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]  # fmt: skip
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
 class Driver(Protocol):
@@ -57,28 +63,29 @@ class CudaDriver:
     def __init__(self, lib: ctypes.CDLL | None = None) -> None:
         self.lib = lib or ctypes.CDLL("libcuda.so.1")
         ctx = ctypes.c_void_p()
-        self._call("cuCtxGetCurrent", ctypes.byref(ctx))
+        self.call("cuCtxGetCurrent", ctypes.byref(ctx))
         if not ctx.value:
             raise CudaError("no CUDA context is current on this thread: call from the engine's")
 
-    def _call(self, name: str, *args: object) -> None:
+    def call(self, name: str, *args: object) -> None:
+        """Driver function ``name``; an error result raises CudaError."""
         rc = getattr(self.lib, name)(*args)
         if rc != 0:
             raise CudaError(f"{name} failed: CUresult {rc}")
 
     def register(self, host: int, n: int) -> None:
-        self._call("cuMemHostRegister_v2", ctypes.c_void_p(host), ctypes.c_size_t(n), 0)
+        self.call("cuMemHostRegister_v2", ctypes.c_void_p(host), ctypes.c_size_t(n), 0)
 
     def unregister(self, host: int) -> None:
-        self._call("cuMemHostUnregister", ctypes.c_void_p(host))
+        self.call("cuMemHostUnregister", ctypes.c_void_p(host))
 
     def stream(self) -> int:
         s = ctypes.c_void_p()
-        self._call("cuStreamCreate", ctypes.byref(s), 1)  # CU_STREAM_NON_BLOCKING
+        self.call("cuStreamCreate", ctypes.byref(s), 1)  # CU_STREAM_NON_BLOCKING
         return s.value or 0
 
     def destroy_stream(self, stream: int) -> None:
-        self._call("cuStreamDestroy_v2", ctypes.c_void_p(stream))
+        self.call("cuStreamDestroy_v2", ctypes.c_void_p(stream))
 
     def copy(self, to_device: bool, dev: int, host: int, n: int, stream: int) -> None:
         d, h, size, s = (
@@ -88,19 +95,19 @@ class CudaDriver:
             ctypes.c_void_p(stream),
         )
         if to_device:
-            self._call("cuMemcpyHtoDAsync_v2", d, h, size, s)
+            self.call("cuMemcpyHtoDAsync_v2", d, h, size, s)
         else:
-            self._call("cuMemcpyDtoHAsync_v2", h, d, size, s)
+            self.call("cuMemcpyDtoHAsync_v2", h, d, size, s)
 
     def record(self, stream: int) -> int:
         e = ctypes.c_void_p()
-        self._call("cuEventCreate", ctypes.byref(e), 2)  # CU_EVENT_DISABLE_TIMING
-        self._call("cuEventRecord", e, ctypes.c_void_p(stream))
+        self.call("cuEventCreate", ctypes.byref(e), 2)  # CU_EVENT_DISABLE_TIMING
+        self.call("cuEventRecord", e, ctypes.c_void_p(stream))
         return e.value or 0
 
     def wait(self, event: int) -> None:
-        self._call("cuEventSynchronize", ctypes.c_void_p(event))
-        self._call("cuEventDestroy_v2", ctypes.c_void_p(event))
+        self.call("cuEventSynchronize", ctypes.c_void_p(event))
+        self.call("cuEventDestroy_v2", ctypes.c_void_p(event))
 
 
 def copy_in_pieces(driver: Driver, host: int, dev: int, n: int, to_device: bool,
@@ -111,6 +118,14 @@ def copy_in_pieces(driver: Driver, host: int, dev: int, n: int, to_device: bool,
     still registered is unregistered (after its copy ended) before the error goes on."""
     stream = driver.stream()
     pending: deque[tuple[int | None, int]] = deque()  # (event, host address) per piece
+
+    def let_go_of_the_oldest() -> None:
+        event, address = pending[0]
+        assert event is not None  # only a piece whose copy was queued
+        driver.wait(event)
+        pending.popleft()
+        driver.unregister(address)
+
     try:
         for at in range(0, n, piece):
             size = min(piece, n - at)
@@ -118,12 +133,10 @@ def copy_in_pieces(driver: Driver, host: int, dev: int, n: int, to_device: bool,
             pending.append((None, host + at))
             driver.copy(to_device, dev + at, host + at, size, stream)
             pending[-1] = (driver.record(stream), host + at)
-            while len(pending) > 1 or (pending and at + size >= n):
-                event, address = pending[0]
-                assert event is not None
-                driver.wait(event)
-                pending.popleft()
-                driver.unregister(address)
+            if len(pending) > 1:
+                let_go_of_the_oldest()
+        while pending:
+            let_go_of_the_oldest()
     finally:
         for event, address in pending:  # only on an error
             with suppress(CudaError):
@@ -144,19 +157,12 @@ class HostCopy:
         self.nbytes = nbytes
         self.size = -(-nbytes // _ALIGN) * _ALIGN
         self._driver = driver
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                              ctypes.c_int, ctypes.c_long]  # fmt: skip
-        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        self._libc = libc
-        ptr = libc.mmap(None, self.size, mmap.PROT_READ | mmap.PROT_WRITE,
+        ptr = _libc.mmap(None, self.size, mmap.PROT_READ | mmap.PROT_WRITE,
                         mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)  # fmt: skip
         if ptr in (None, _MAP_FAILED):
             raise OSError(ctypes.get_errno(), f"mmap of {self.size} bytes failed")
         self.ptr: int | None = ptr
-        libc.madvise(ptr, self.size, mmap.MADV_HUGEPAGE)  # advice: refused is harmless
+        _libc.madvise(ptr, self.size, mmap.MADV_HUGEPAGE)  # advice: refused is harmless
 
     def _pieces(self, dev_ptr: int, to_device: bool) -> None:
         if self.ptr is None:
@@ -173,7 +179,7 @@ class HostCopy:
 
     def close(self) -> None:
         if self.ptr is not None:
-            self._libc.munmap(self.ptr, self.size)
+            _libc.munmap(self.ptr, self.size)
             self.ptr = None
 
     def __enter__(self) -> HostCopy:

@@ -27,7 +27,7 @@ def rows(folder: Path) -> list[dict]:
         out.append(
             {
                 "params_b": d["model"]["params"] / 1e9,
-                "sleep": d["model"].get("sleep", "-").split(",")[0],
+                "sleep": d["model"].get("sleep", "-"),
                 "in_pod": [r["first_response_s"] for r in in_pod],
                 "wake_s": best.get("wake_s"),
                 "sleep_s": d["checkpoint"].get("sleep_s"),

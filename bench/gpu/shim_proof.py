@@ -430,7 +430,7 @@ def main() -> int:
                       bin_dirs=[str(shim_bin(work))])  # fmt: skip
     model = {"layers": args.layers, "width": args.width, "heads": args.heads,
              "kv_gb": args.kv_gb, "engines": args.engines, "pinned_gb": args.pinned_gb,
-             "sleep": args.sleep or "torch allocator, on the GPU",
+             "sleep": args.sleep or "torch allocator",
              "params": args.engines * gpt_params(args.layers, args.width)}  # fmt: skip
     res: dict = {"command": " ".join(sys.argv), "machine": platform.node(), "ok": False,
                  "quiesce": args.quiesce, "shim": os.environ.get("SNAPSHOT_BUNDLE", "checkout"),

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from restore_runtime.offload import HostCopy
+from restore_runtime.offload import CudaDriver, HostCopy
 
 MODES = ("gpu", "pinned", "pageable")
 
@@ -63,16 +63,6 @@ def _driver() -> ctypes.CDLL:
         return ctypes.CDLL(os.path.join(where, "libcuda.so.1"))
 
 
-class _Cuda:
-    def __init__(self) -> None:
-        self.lib = _driver()
-
-    def __call__(self, name: str, *args) -> None:
-        rc = getattr(self.lib, name)(*args)
-        if rc != 0:
-            raise RuntimeError(f"{name} failed: CUresult {rc}")
-
-
 class _CudaArray:
     """A device pointer torch can wrap without copying."""
 
@@ -90,15 +80,17 @@ class DeviceRange:
     outlive the memory behind them."""
 
     def __init__(self, nbytes: int) -> None:
-        self.cu = _Cuda()
+        self.cu = CudaDriver(_driver())
         dev = torch.cuda.current_device()
         self.prop = _Prop(type=_PINNED, location=_Location(_DEVICE, dev))
         self.access = _Access(location=_Location(_DEVICE, dev), flags=_READ_WRITE)
         gran = ctypes.c_size_t()
-        self.cu("cuMemGetAllocationGranularity", ctypes.byref(gran), ctypes.byref(self.prop), 0)
+        self.cu.call(
+            "cuMemGetAllocationGranularity", ctypes.byref(gran), ctypes.byref(self.prop), 0
+        )
         self.size = -(-nbytes // gran.value) * gran.value
         ptr = ctypes.c_uint64()
-        self.cu("cuMemAddressReserve", ctypes.byref(ptr), ctypes.c_size_t(self.size),
+        self.cu.call("cuMemAddressReserve", ctypes.byref(ptr), ctypes.c_size_t(self.size),
                 ctypes.c_size_t(0), ctypes.c_uint64(0), ctypes.c_uint64(0))  # fmt: skip
         self.ptr = ptr.value
         self.handle: int | None = None
@@ -109,18 +101,18 @@ class DeviceRange:
     def map(self) -> None:
         handle = ctypes.c_uint64()
         size = ctypes.c_size_t(self.size)
-        self.cu("cuMemCreate", ctypes.byref(handle), size, ctypes.byref(self.prop),
+        self.cu.call("cuMemCreate", ctypes.byref(handle), size, ctypes.byref(self.prop),
                 ctypes.c_uint64(0))  # fmt: skip
-        self.cu("cuMemMap", ctypes.c_uint64(self.ptr), size, ctypes.c_size_t(0), handle,
+        self.cu.call("cuMemMap", ctypes.c_uint64(self.ptr), size, ctypes.c_size_t(0), handle,
                 ctypes.c_uint64(0))  # fmt: skip
-        self.cu("cuMemSetAccess", ctypes.c_uint64(self.ptr), size, ctypes.byref(self.access),
+        self.cu.call("cuMemSetAccess", ctypes.c_uint64(self.ptr), size, ctypes.byref(self.access),
                 ctypes.c_size_t(1))  # fmt: skip
         self.handle = handle.value
 
     def unmap(self) -> None:
         torch.cuda.synchronize()
-        self.cu("cuMemUnmap", ctypes.c_uint64(self.ptr), ctypes.c_size_t(self.size))
-        self.cu("cuMemRelease", ctypes.c_uint64(self.handle))
+        self.cu.call("cuMemUnmap", ctypes.c_uint64(self.ptr), ctypes.c_size_t(self.size))
+        self.cu.call("cuMemRelease", ctypes.c_uint64(self.handle))
         self.handle = None
 
 
@@ -156,7 +148,7 @@ class Sleeper:
             self.host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
             self.host.copy_(self.rng.tensor)
         elif self.mode == "pageable":  # the library's fast path, as an engine would take it
-            self.pageable = HostCopy(n)
+            self.pageable = HostCopy(n, self.rng.cu)
             self.pageable.from_device(self.rng.ptr)
         if self.mode != "gpu":
             self.rng.unmap()
