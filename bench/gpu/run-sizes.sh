@@ -22,7 +22,8 @@
 #     bash bench/gpu/run-sizes.sh 1.3b
 #       # each size once per sleep mode of the worker (bench/gpu/sleep.py): the weights in one
 #       # virtual-memory range, kept on the GPU, in pinned or in pageable host memory asleep
-#       # (gpu-shim-proof-1.3b-pinned.json, ...)
+#       # (gpu-shim-proof-1.3b-pinned.json, ...); MODES="pageable-1 pageable-4": the pageable
+#       # mode with 1 or 4 threads pinning its pieces (restore_runtime.offload's pinners)
 #   TAG=vllm-2 SHIM_ONLY=1 SHIM_FLAGS="--quiesce vllm --engines 2" bash bench/gpu/run-sizes.sh 1.3b
 #       # TAG names the results (gpu-shim-proof-1.3b-vllm-2.json), so runs of one size can
 #       # share a call; LOGS (default $OUT) is where the log archives go

@@ -39,6 +39,7 @@ sys.path.insert(0, str(HERE))
 import fill_bench  # noqa: E402
 import pages  # noqa: E402  (bench/gpu, beside this file)
 import replicas  # noqa: E402
+import sleep_mode  # noqa: E402
 import thp  # noqa: E402
 from model_size import gpt_params  # noqa: E402
 
@@ -401,10 +402,10 @@ def main() -> int:
     ap.add_argument("--pinned-gb", type=float, default=0.0,
                     help="the worker also holds this much pinned host memory, as an engine's "
                          "sleep mode keeps its weights (a shared mapping)")  # fmt: skip
-    ap.add_argument("--sleep", choices=["gpu", "pinned", "pageable"], default="",
+    ap.add_argument("--sleep", type=sleep_mode.arg, default="",
                     help="the worker's weights in one virtual-memory range, kept on the GPU "
-                         "asleep, or moved to pinned or pageable host memory "
-                         "(bench/gpu/sleep.py)")  # fmt: skip
+                         "asleep, or moved to pinned or pageable host memory; pageable-N: "
+                         "N pinning threads (bench/gpu/sleep.py)")  # fmt: skip
     ap.add_argument(
         "--smoke",
         action="store_true",

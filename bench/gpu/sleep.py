@@ -9,9 +9,10 @@ wake maps new memory at the same addresses and copies them back. Three modes:
 - ``pinned``: vLLM's level 1: copied to pinned host memory (``pin_memory=True``, a shared
   mapping the driver registers), copied back at wake from it;
 - ``pageable``: copied to ordinary private memory (huge pages advised), each 512 MiB piece
-  registered with the driver only while its copy runs, the next registered while the last
-  copies (``restore_runtime.offload``, the library an engine would use); the restore then
-  fills that memory like any other, and the CUDA phase has no weights to restore.
+  registered with the driver only around its copy, on pinning threads ahead of the copies
+  (``restore_runtime.offload``, the library an engine would use; ``pageable-N``: N pinning
+  threads, else the library's default); the restore then fills that memory like any other,
+  and the CUDA phase has no weights to restore.
 
 Driver calls go through ``ctypes`` to the ``libcuda.so.1`` torch has loaded; torch's
 context is current on the calling thread.
@@ -23,11 +24,10 @@ import ctypes
 import os
 import time
 
+import sleep_mode  # bench/gpu, beside this file
 import torch
 
-from restore_runtime.offload import CudaDriver, HostCopy
-
-MODES = ("gpu", "pinned", "pageable")
+from restore_runtime.offload import PINNERS, CudaDriver, HostCopy
 
 
 class _Location(ctypes.Structure):
@@ -134,10 +134,10 @@ def place(model: torch.nn.Module) -> DeviceRange:
 class Sleeper:
     """The weights' range and where they go while the engine sleeps."""
 
-    def __init__(self, mode: str, rng: DeviceRange) -> None:
-        if mode not in MODES:
-            raise ValueError(f"sleep mode {mode!r}: one of {', '.join(MODES)}")
-        self.mode, self.rng = mode, rng
+    def __init__(self, text: str, rng: DeviceRange) -> None:
+        self.mode, pinners = sleep_mode.parse(text)
+        self.pinners = pinners or PINNERS
+        self.rng = rng
         self.host: torch.Tensor | None = None
         self.pageable: HostCopy | None = None
 
@@ -148,7 +148,7 @@ class Sleeper:
             self.host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
             self.host.copy_(self.rng.tensor)
         elif self.mode == "pageable":  # the library's fast path, as an engine would take it
-            self.pageable = HostCopy(n, self.rng.cu)
+            self.pageable = HostCopy(n, self.rng.cu, self.pinners)
             self.pageable.from_device(self.rng.ptr)
         if self.mode != "gpu":
             self.rng.unmap()

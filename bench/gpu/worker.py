@@ -50,6 +50,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import sleep  # bench/gpu, beside this file: the script's directory is on sys.path
+import sleep_mode
 
 from restore_runtime.workload import Handshake
 
@@ -240,7 +241,7 @@ def main() -> None:
     ap.add_argument("--engines", type=int, default=1, help="engine processes behind a front")
     ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("--pinned-gb", type=float, default=0.0, help="pinned host memory held")
-    ap.add_argument("--sleep", choices=sleep.MODES, default="",
+    ap.add_argument("--sleep", type=sleep_mode.arg, default="",
                     help="weights in one virtual-memory range, and where they go asleep "
                          "(bench/gpu/sleep.py); unset: torch's allocator, on the GPU")  # fmt: skip
     args = ap.parse_args()

@@ -1,5 +1,5 @@
 """Weights asleep in pageable host memory (restore_runtime.offload): the piecewise copy's
-order and clean-up, and the host copy's memory.
+order, its pinning threads and clean-up, and the host copy's memory.
 
 CI has no GPU, so most tests here drive the copy through a stand-in driver that copies with
 ``memmove`` and records each call; it stands for the CUDA driver, which cannot run here. The
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
+import time
 
 import pytest
 
@@ -20,24 +22,45 @@ from tests.conftest import requires_gpu
 
 class MemmoveDriver:
     """A stand-in for the CUDA driver (no GPU in CI): copies happen at once, with memmove;
-    every call is recorded, and the copy numbered ``fail_at`` fails."""
+    every call is recorded with its thread, registrations take ``pin_s`` each, and the copy
+    numbered ``fail_copy`` or the registration numbered ``fail_register`` fails."""
 
-    def __init__(self, fail_at: int | None = None) -> None:
-        self.calls: list[tuple] = []
+    def __init__(self, fail_copy: int = 0, fail_register: int = 0, pin_s: float = 0.0) -> None:
+        self.calls: list[tuple] = []  # (call, address or event, thread)
         self.registered: dict[int, int] = {}
-        self.most_registered = 0
-        self.fail_at, self.copies = fail_at, 0
+        self.most_registered = self.most_registering = self.registering = 0
+        self.fail_copy, self.fail_register, self.pin_s = fail_copy, fail_register, pin_s
+        self.copies = self.registrations = self.last_copied = 0
         self.streams: set[int] = set()
+        self.bound: set[int] = set()
+        self.lock = threading.Lock()
+
+    def _log(self, *call: object) -> None:
+        self.calls.append((*call, threading.get_ident()))
+
+    def bind(self) -> None:
+        self.bound.add(threading.get_ident())
 
     def register(self, host: int, n: int) -> None:
-        assert host not in self.registered
-        self.registered[host] = n
-        self.most_registered = max(self.most_registered, len(self.registered))
-        self.calls.append(("register", host, n))
+        with self.lock:
+            assert threading.get_ident() in self.bound, "registered without the context"
+            self.registrations += 1
+            if self.registrations == self.fail_register:
+                raise CudaError("cuMemHostRegister_v2 failed: CUresult 2")
+            self.registering += 1
+            self.most_registering = max(self.most_registering, self.registering)
+        time.sleep(self.pin_s)
+        with self.lock:
+            self.registering -= 1
+            assert host not in self.registered
+            self.registered[host] = n
+            self.most_registered = max(self.most_registered, len(self.registered))
+            self._log("register", host)
 
     def unregister(self, host: int) -> None:
-        del self.registered[host]
-        self.calls.append(("unregister", host))
+        with self.lock:
+            del self.registered[host]
+            self._log("unregister", host)
 
     def stream(self) -> int:
         self.streams.add(7)
@@ -47,43 +70,68 @@ class MemmoveDriver:
         self.streams.remove(stream)
 
     def copy(self, to_device: bool, dev: int, host: int, n: int, stream: int) -> None:
-        assert self.registered.get(host) == n, "a copy from memory that is not page-locked"
-        self.copies += 1
-        if self.copies == self.fail_at:
-            raise CudaError("cuMemcpyHtoDAsync_v2 failed: CUresult 700")
-        src, dst = (host, dev) if to_device else (dev, host)
-        ctypes.memmove(dst, src, n)
-        self.calls.append(("copy", host, n))
+        with self.lock:
+            assert self.registered.get(host) == n, "a copy from memory that is not page-locked"
+            self.copies += 1
+            if self.copies == self.fail_copy:
+                raise CudaError("cuMemcpyHtoDAsync_v2 failed: CUresult 700")
+            src, dst = (host, dev) if to_device else (dev, host)
+            ctypes.memmove(dst, src, n)
+            self._log("copy", host)
+            self.last_copied = host
 
     def record(self, stream: int) -> int:
-        return len(self.calls)
+        return self.last_copied  # the event stands for the last copy's piece
 
     def wait(self, event: int) -> None:
-        self.calls.append(("wait", event))
+        with self.lock:
+            self._log("wait", event)
+
+    def order_of(self, host: int) -> list[str]:
+        return [c[0] for c in self.calls if c[1] == host]
 
 
 def device_buffer(n: int) -> ctypes.Array:
     return (ctypes.c_char * n).from_buffer_copy(os.urandom(n))
 
 
-def test_a_round_trip_keeps_every_byte_and_pins_at_most_two_pieces():
-    n = 5 * 4096 + 123  # pieces of 4 KiB, the last one short
+@pytest.mark.parametrize("pinners", [1, 2, 3])
+def test_a_round_trip_keeps_every_byte_and_pins_within_the_bound(pinners):
+    n = 9 * 4096 + 123  # pieces of 4 KiB, the last one short
     dev = device_buffer(n)
     before = bytes(dev)
     driver = MemmoveDriver()
     with offload.HostCopy(n, driver) as host:
         assert host.size % (2 << 20) == 0 and host.size >= n
-        offload.copy_in_pieces(driver, host.ptr, ctypes.addressof(dev), n, False, piece=4096)
-        ctypes.memset(dev, 0, n)
-        offload.copy_in_pieces(driver, host.ptr, ctypes.addressof(dev), n, True, piece=4096)
+        for to_device in (False, True):
+            offload.copy_in_pieces(
+                driver, host.ptr, ctypes.addressof(dev), n, to_device, 4096, pinners
+            )
+            if not to_device:
+                ctypes.memset(dev, 0, n)
+        pieces = [host.ptr + at for at in range(0, n, 4096)]
     assert bytes(dev) == before
     assert driver.registered == {} and driver.streams == set()
-    # the pinning overlaps the copies: piece k+1 is registered before piece k is let go
-    assert driver.most_registered == 2
-    kinds = [c[0] for c in driver.calls[:6]]
-    assert kinds == ["register", "copy", "register", "copy", "wait", "unregister"]
-    copied = [c[2] for c in driver.calls if c[0] == "copy"]
-    assert copied == [4096] * 5 + [123] + [4096] * 5 + [123]
+    assert driver.most_registered <= 2 * pinners + 1
+    main = threading.get_ident()
+    for piece in pieces:  # each piece, both ways: locked, copied, waited for, let go of
+        assert driver.order_of(piece) == ["register", "copy", "wait", "unregister"] * 2
+    # the copies are queued in order, on the calling thread; the pinning is elsewhere
+    copies = [c for c in driver.calls if c[0] == "copy"]
+    assert [c[1] for c in copies] == pieces * 2
+    assert {c[2] for c in copies} == {main}
+    pinning = {c[2] for c in driver.calls if c[0] in ("register", "unregister")}
+    assert main not in pinning and len(pinning) <= pinners
+
+
+def test_pieces_are_page_locked_on_several_threads_at_once():
+    n = 12 * 4096
+    dev = device_buffer(n)
+    driver = MemmoveDriver(pin_s=0.02)
+    with offload.HostCopy(n, driver) as host:
+        offload.copy_in_pieces(driver, host.ptr, ctypes.addressof(dev), n, True, 4096, 3)
+    assert driver.most_registering >= 2, "the registrations ran one at a time"
+    assert driver.registered == {}
 
 
 def test_the_host_copy_methods_cover_the_whole_range():
@@ -100,14 +148,21 @@ def test_the_host_copy_methods_cover_the_whole_range():
         host.to_device(ctypes.addressof(dev))
 
 
-def test_a_failed_copy_lets_go_of_every_page_locked_piece():
-    n = 6 * 4096
+@pytest.mark.parametrize(
+    ("fail", "match"),
+    [({"fail_copy": 3}, "CUresult 700"), ({"fail_register": 4}, "CUresult 2")],
+    ids=["copy", "registration"],
+)
+def test_a_failed_call_lets_go_of_every_page_locked_piece(fail, match):
+    n = 10 * 4096
     dev = device_buffer(n)
-    driver = MemmoveDriver(fail_at=3)
-    with offload.HostCopy(n, driver) as host, pytest.raises(CudaError, match="CUresult 700"):
-        offload.copy_in_pieces(driver, host.ptr, ctypes.addressof(dev), n, True, piece=4096)
+    driver = MemmoveDriver(pin_s=0.005, **fail)
+    before = threading.active_count()
+    with offload.HostCopy(n, driver) as host, pytest.raises(CudaError, match=match):
+        offload.copy_in_pieces(driver, host.ptr, ctypes.addressof(dev), n, True, 4096, 2)
     assert driver.registered == {}, "pieces left page-locked after the error"
     assert driver.streams == set()
+    assert threading.active_count() == before, "pinning threads left behind"
 
 
 def test_without_a_current_context_the_error_says_so():
@@ -119,9 +174,11 @@ def test_without_a_current_context_the_error_says_so():
         offload.CudaDriver(NoContext())
 
 
-def test_a_size_of_nothing_is_refused():
+def test_sizes_of_nothing_are_refused():
     with pytest.raises(ValueError, match="positive"):
         offload.HostCopy(0)
+    with pytest.raises(ValueError, match="pinners"):
+        offload.copy_in_pieces(MemmoveDriver(), 0, 0, 4096, True, pinners=0)
 
 
 @requires_gpu
