@@ -29,8 +29,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from api.manifest import CRIU_DIR
 from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex, MemoryRange
 
+from ..errors import Problem, VerificationError
 from ..holes import punch
 from . import shmem, sparse
 from .images import _pycriu_images
@@ -255,6 +257,19 @@ def _copy(src: int, dst: int, offset: int, length: int, out: int) -> None:
 
 
 # -- restore: the index is tenant-reachable input until checked --------------------------
+def load_index(artifact: Path, size: int) -> MemoryIndex:
+    """The memory file's index (hashed with the core files), refused unless every range lies
+    in a writable anonymous mapping (private or shared) the images restore."""
+    try:
+        index = MemoryIndex.from_json((artifact / MEMORY_INDEX).read_bytes())
+    except (OSError, ValueError) as e:
+        raise VerificationError([Problem(MEMORY_INDEX, "manifest", f"unreadable: {e}")]) from e
+    problems = check_index(index, artifact / CRIU_DIR, size)
+    if problems:
+        raise VerificationError([Problem(MEMORY_INDEX, "manifest", p) for p in problems[:20]])
+    return index
+
+
 def check_index(index: MemoryIndex, images_dir: Path, file_size: int) -> list[str]:
     """Why ``index`` cannot be filled into what CRIU restores from ``images_dir``: every
     range page-aligned, inside ``pages.bin``, inside one writable anonymous mapping (private,

@@ -35,7 +35,7 @@ from pathlib import Path
 from api.annotations import RestoreOutcome
 from api.host import HostFingerprint
 from api.manifest import CRIU_DIR, MANIFEST_NAME, FileEntry, Manifest
-from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
+from api.memory import MEMORY_PAGES, MemoryIndex
 from api.report import RestoreReport
 
 from .. import control_files, engine_api, memfill, mounts, procs
@@ -45,7 +45,7 @@ from ..artifact.verify import check_digests, copy_verified, plan
 from ..compat import allocated_gpus, check, gpu_pairs, host_info
 from ..criu import creds, images, memfile, runner
 from ..cuda.driver import CudaDriver, proc_gpu_minors
-from ..errors import IncompatibleError, Problem, SnapshotError, VerificationError
+from ..errors import IncompatibleError, SnapshotError, VerificationError
 from ..fill_ledger import Ledger
 from ..netns import global_addresses, hostname_of, netns_path, rebind_map
 from ..progress import Progress
@@ -203,7 +203,7 @@ class Restore:
 
     def _rebind(self, manifest: Manifest) -> None:
         """The sockets the source bound to its pod IPs, rewritten in the images to this
-        pod's addresses."""
+        pod's addresses, and CRIU's network lock skipped."""
         req = self.req
         target_ns = netns_path(req.netns) if req.netns else "/proc/self/ns/net"
         if manifest.network.external_netns:
@@ -220,6 +220,8 @@ class Restore:
                 "the source shared the host's network namespace; it cannot be restored "
                 f"into {req.netns}"
             )
+        with self.timer.step("network-lock"):  # no connection comes back: nothing to shield
+            images.skip_network_lock(self.verified / CRIU_DIR, self.images)
 
     def _rename_host(self) -> None:
         """The images given the host name of the UTS namespace the tree restores into: CRIU
@@ -243,7 +245,7 @@ class Restore:
         # the index is first needed by the fill; a range that does not fit the restored
         # mappings kills the tree there
         if self.memory is not None:
-            self._index = self._pool.submit(_memory_index, self.verified, self.memory.size)
+            self._index = self._pool.submit(memfile.load_index, self.verified, self.memory.size)
 
     def _log_criu_share(self) -> None:
         """After the criu phase: how much of it CRIU itself ran (its log's last stamp); the
@@ -370,19 +372,6 @@ def restore(
         return r.run()
     finally:
         r.close()
-
-
-def _memory_index(artifact: Path, size: int) -> MemoryIndex:
-    """The memory file's index, once hashed with the core files; refused unless every range
-    lies in a writable anonymous mapping (private or shared) the images restore."""
-    try:
-        index = MemoryIndex.from_json((artifact / MEMORY_INDEX).read_bytes())
-    except (OSError, ValueError) as e:
-        raise VerificationError([Problem(MEMORY_INDEX, "manifest", f"unreadable: {e}")]) from e
-    problems = memfile.check_index(index, artifact / CRIU_DIR, size)
-    if problems:
-        raise VerificationError([Problem(MEMORY_INDEX, "manifest", p) for p in problems[:20]])
-    return index
 
 
 def _read_manifest(artifact: Path) -> bytes | None:

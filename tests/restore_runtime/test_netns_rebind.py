@@ -9,6 +9,8 @@ address codec round-trips, and rebinding never edits the artifact itself.
 from __future__ import annotations
 
 import ipaddress
+import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -137,3 +139,37 @@ def test_the_host_name_is_read_from_the_uts_namespace_the_container_joins():
     own = {"hostname": "ctr-1", "linux": {"namespaces": [{"type": "uts"}]}}
     assert hostname_of(own) == "ctr-1"
     assert hostname_of({"hostname": "x", "linux": {"namespaces": [{"type": "pid"}]}}) is None
+
+
+@requires_criu
+@pytest.mark.root
+def test_the_dump_locks_the_network_and_the_restore_does_not(
+    tmp_path, two_namespaces, cleanup_pids, monkeypatch
+):
+    """CRIU's network lock: the dump keeps it (the source's live connections are shielded
+    while CRIU reads them), the restore skips it (no connection comes back, --tcp-close; the
+    lock would block the whole pod's traffic). Seen through iptables-restore wrappers put
+    first on CRIU's PATH, which log each run and hand it to the real tool."""
+    ns1, ns2 = two_namespaces
+    runs, wrappers = tmp_path / "iptables-runs", tmp_path / "bin"
+    wrappers.mkdir()
+    for tool in ("iptables-restore", "ip6tables-restore"):
+        real = shutil.which(tool)
+        if real is None:
+            pytest.skip(f"{tool} is not installed (CRIU locks the network with it)")
+        wrapper = wrappers / tool
+        wrapper.write_text(f'#!/bin/sh\necho {tool} >> {runs}\nexec {real} "$@"\n')
+        wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrappers}:{os.environ['PATH']}")
+    pid, port = start_counter(tmp_path, host=A, netns=ns1)
+    cleanup_pids.append(pid)
+    assert ask(A, port)["count"] == "1"
+
+    art = tmp_path / "art"
+    checkpoint(CheckpointRequest(pid=pid, output=art))
+    assert runs.read_text().count("iptables-restore") >= 2, "the dump locked and unlocked"
+    runs.unlink()
+    report = restore(RestoreRequest(artifact=art, netns=ns2))
+    cleanup_pids.append(report.pid)
+    assert not runs.exists(), f"the restore ran iptables: {runs.read_text().split()}"
+    assert ask(B, port)["count"] == "2", "the restored server serves on the new address"
