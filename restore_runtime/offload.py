@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from typing import Protocol
@@ -132,19 +134,19 @@ def copy_in_pieces(driver: Driver, host: int, dev: int, n: int, to_device: bool,
         raise ValueError(f"pinners must be at least 1, not {pinners}")
     spans = [(host + at, dev + at, min(piece, n - at)) for at in range(0, n, piece)]
     stream = driver.stream()
-    pool = ThreadPoolExecutor(pinners, "offload-pin", initializer=driver.bind)
+    pins = _Pinners(driver, pinners)
     locking: deque[tuple[Future, int]] = deque()  # (registration, address), in piece order
     letting_go: deque[Future] = deque()  # pieces whose copy is queued, oldest first
     unqueued: int | None = None  # the address of a piece registered, its copy not queued
     try:
         for k, (h, d, size) in enumerate(spans):
             for ahead in spans[k + len(locking) : k + pinners + 1]:
-                locking.append((pool.submit(driver.register, ahead[0], ahead[2]), ahead[0]))
+                locking.append((pins.register(ahead[0], ahead[2]), ahead[0]))
             registration, address = locking.popleft()
             registration.result()  # a failed one registered nothing
             unqueued = address
             driver.copy(to_device, d, h, size, stream)
-            letting_go.append(pool.submit(_let_go, driver, driver.record(stream), h))
+            letting_go.append(pins.let_go(driver.record(stream), h))
             unqueued = None
             while len(letting_go) > pinners:
                 letting_go.popleft().result()
@@ -152,8 +154,33 @@ def copy_in_pieces(driver: Driver, host: int, dev: int, n: int, to_device: bool,
             letting_go.popleft().result()
     finally:
         _clean_up(driver, locking, letting_go, unqueued)
-        pool.shutdown(wait=True)
+        pins.close()
         driver.destroy_stream(stream)
+
+
+class _Pinners:
+    """Threads that page-lock pieces and let go of them, the engine's context current on
+    each: made current at a thread's first call, not by the pool's initializer, whose error
+    would reach the caller only as "the pool is broken"."""
+
+    def __init__(self, driver: Driver, n: int) -> None:
+        self.driver, self.pool = driver, ThreadPoolExecutor(n, "offload-pin")
+        self.bound: set[int] = set()
+
+    def register(self, address: int, size: int) -> Future:
+        return self.pool.submit(self._bound, self.driver.register, address, size)
+
+    def let_go(self, event: int, address: int) -> Future:
+        return self.pool.submit(self._bound, _let_go, self.driver, event, address)
+
+    def _bound(self, call: Callable[..., None], *args: object) -> None:
+        if threading.get_ident() not in self.bound:
+            self.driver.bind()
+            self.bound.add(threading.get_ident())
+        call(*args)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
 
 
 def _let_go(driver: Driver, event: int, address: int) -> None:

@@ -23,9 +23,12 @@ from tests.conftest import requires_gpu
 class MemmoveDriver:
     """A stand-in for the CUDA driver (no GPU in CI): copies happen at once, with memmove;
     every call is recorded with its thread, registrations take ``pin_s`` each, and the copy
-    numbered ``fail_copy`` or the registration numbered ``fail_register`` fails."""
+    numbered ``fail_copy``, the registration numbered ``fail_register`` or (``fail_bind``)
+    making the context current on a pinning thread fails."""
 
-    def __init__(self, fail_copy: int = 0, fail_register: int = 0, pin_s: float = 0.0) -> None:
+    def __init__(
+        self, fail_copy: int = 0, fail_register: int = 0, pin_s: float = 0.0, fail_bind=False
+    ) -> None:
         self.calls: list[tuple] = []  # (call, address or event, thread)
         self.registered: dict[int, int] = {}
         self.most_registered = self.most_registering = self.registering = 0
@@ -34,11 +37,14 @@ class MemmoveDriver:
         self.streams: set[int] = set()
         self.bound: set[int] = set()
         self.lock = threading.Lock()
+        self.fail_bind = fail_bind
 
     def _log(self, *call: object) -> None:
         self.calls.append((*call, threading.get_ident()))
 
     def bind(self) -> None:
+        if self.fail_bind:
+            raise CudaError("cuCtxSetCurrent failed: CUresult 201")
         self.bound.add(threading.get_ident())
 
     def register(self, host: int, n: int) -> None:
@@ -150,8 +156,12 @@ def test_the_host_copy_methods_cover_the_whole_range():
 
 @pytest.mark.parametrize(
     ("fail", "match"),
-    [({"fail_copy": 3}, "CUresult 700"), ({"fail_register": 4}, "CUresult 2")],
-    ids=["copy", "registration"],
+    [
+        ({"fail_copy": 3}, "CUresult 700"),
+        ({"fail_register": 4}, "CUresult 2"),
+        ({"fail_bind": True}, "cuCtxSetCurrent failed"),
+    ],
+    ids=["copy", "registration", "context"],
 )
 def test_a_failed_call_lets_go_of_every_page_locked_piece(fail, match):
     n = 10 * 4096
