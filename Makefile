@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system venv tools images test demo clean-node cluster cluster-smoke bench bench-shim bench-oci bench-webhook bench-shm kind-smoke conformance lint fmt generate clean
+.PHONY: setup system venv tools images test demo clean-node cluster cluster-smoke bench bench-shim bench-oci bench-webhook bench-shm bench-follow kind-smoke conformance lint fmt generate clean
 
 setup: system venv tools
 
@@ -94,6 +94,10 @@ bench-webhook: setup
 # restoring shared memory (pinned host buffers' kind): the memory file against CRIU alone
 bench-shm: setup
 	$(PY) -m bench.shared_memory
+
+# a checkpoint with its page images hashed during the dump and after it, alternated (~1 min)
+bench-follow: setup
+	$(PY) -m bench.checkpoint_follow
 
 # CRI conformance (critest) under runc and under snapshot, on containerd 1.7 and 2.x; ~35 min,
 # so not part of make test.

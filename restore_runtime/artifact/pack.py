@@ -118,19 +118,25 @@ def describe_files(
     only: frozenset[str] | None = None,
     known: list[FileEntry] | None = None,
     algorithm: FileDigest = FILE_DIGEST,
+    known_chunks: dict[str, dict[int, str]] | None = None,
 ) -> list[FileEntry]:
     """Size and digests of every file, all hashed in parallel: a file of one chunk whole, a
     larger one per chunk only (its whole-file digest would be one core's pass over the
     biggest file, and would check nothing its chunks do not). The files named in ``holes``
     (relative paths) have their zero blocks punched out as they are hashed. ``only``: these
-    files alone; ``known``: entries made earlier, taken as they are."""
+    files alone; ``known``: entries made earlier, taken as they are; ``known_chunks``: chunk
+    digests taken earlier (artifact/follow.py), per relative path and chunk index."""
     done = {e.path: e for e in known or []}
     rels = {p: p.relative_to(root).as_posix() for p in list_files(root)}
     paths = [p for p, rel in rels.items() if rel not in done and (only is None or rel in only)]
     sizes = {p: p.stat().st_size for p in paths}
     parts = {p: slices(p, sizes[p], chunk_size, rels[p] in holes) for p in paths}
+    early = {p: (known_chunks or {}).get(rels[p], {}) for p in paths}
     work = [s for p in paths for s in parts[p] or [Slice(p, -1, 0, sizes[p])]]
+    work = [s for s in work if s.index not in early[s.path]]
     digests = hash_slices(work, algorithm, workers or default_workers(), progress)
+    for p in paths:
+        digests.update({(p, i): d for i, d in early[p].items()})
     entries = list(done.values())
     for p in paths:
         n = len(parts[p])

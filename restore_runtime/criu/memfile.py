@@ -26,7 +26,7 @@ import bisect
 import errno
 import itertools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from api.manifest import CRIU_DIR
@@ -51,6 +51,11 @@ MADV_HUGEPAGE, MADV_NOHUGEPAGE = 14, 15
 class Split:
     ranges: int = 0
     bytes: int = 0
+    #: the page file that became the memory file, its size then, and the ranges of it
+    #: written or punched since (what a digest taken during the dump no longer covers)
+    source: str = ""
+    source_size: int = 0
+    changed: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -105,7 +110,7 @@ def split(images_dir: Path, artifact: Path, min_run_pages: int = MIN_RUN_PAGES) 
             for _, n, old, _ in big.kept:
                 _copy(dst.fileno(), f.fileno(), old * PAGE, n * PAGE, at)
                 at += n * PAGE
-        end = os.fstat(dst.fileno()).st_size
+        end = size = os.fstat(dst.fileno()).st_size
         for p in rest:
             with open(p.pages, "r+b") as f:
                 for v, n, old in p.moved:
@@ -119,7 +124,8 @@ def split(images_dir: Path, artifact: Path, min_run_pages: int = MIN_RUN_PAGES) 
         if not p.shared:  # a shared object's huge pages are the tmpfs mount's to decide
             _mark_huge(images, images_dir / f"mm-{p.pid}.img", p.moved)
     (artifact / MEMORY_INDEX).write_bytes(MemoryIndex(ranges=index).to_json())
-    return Split(len(index), sum(r.length for r in index))
+    punched = [(old * PAGE, n * PAGE) for _, n, old, _ in big.kept]
+    return Split(len(index), sum(r.length for r in index), big.pages.name, size, punched)
 
 
 def drop_holes(artifact: Path) -> int:

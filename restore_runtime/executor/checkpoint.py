@@ -8,6 +8,7 @@ at any step leaves a journal that executor/recovery.py acts on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import socket
@@ -28,6 +29,7 @@ from api.memory import MEMORY_PAGES
 from api.quiesce import Engine, Quiesce
 
 from .. import control_files, engine_api, procs
+from ..artifact.follow import PageFollower, still_valid
 from ..artifact.pack import Signer, Staging, describe_files, write_manifest
 from ..artifact.rootfs_pack import DEFAULT_MAX_BYTES
 from ..compat import host_info
@@ -74,6 +76,8 @@ class CheckpointRequest:
     #: move large private anonymous memory out of CRIU's images into the artifact's memory
     #: file, which a restore fills with many threads (criu/memfile.py)
     split_memory: bool = True
+    #: hash the page files' chunks while CRIU still writes them (artifact/follow.py)
+    follow_pages: bool = True
     #: without ``leave_running``: end the source once the artifact is committed (snapshotctl),
     #: or (False) leave it quiesced and held by the result (``CheckpointResult.held``) until
     #: the caller knows the artifact is durable where the user asked for it (the agent: after
@@ -139,13 +143,13 @@ def _checkpoint(req: CheckpointRequest, progress: Progress) -> CheckpointResult:
         try:
             _quiesce(req, timer, inflight)
             cuda_ns_pids, host = _suspend_cuda(req, src, timer, inflight)
-            _dump(req, src, staging.dir / CRIU_DIR, inflight.work, timer, progress)
+            early = _dump(req, src, staging.dir / CRIU_DIR, inflight.work, timer, progress)
             if req.leave_running:
                 with timer.phase("resume"):
                     problems += give_back(req, src.gpu, inflight.quiesced)
                     inflight.quiesced = False
             with timer.phase("pack"):
-                files = _pack(req, staging.dir, src.dumper, timer, progress)
+                files = _pack(req, staging.dir, src.dumper, timer, progress, early)
             manifest = _manifest(
                 req,
                 host,
@@ -216,11 +220,13 @@ def _dump(
     work: Path,
     timer: PhaseTimer,
     progress: Progress,
-) -> None:
+) -> dict[str, dict[int, str]]:
     """The tree dumped into ``images``, always left running: the source must outlive any
-    failure up to the commit, so the dump never ends it (HeldSource.end does)."""
+    failure up to the commit, so the dump never ends it (HeldSource.end does). Returns the
+    digests of the page files' chunks hashed as CRIU wrote them (artifact/follow.py)."""
     images.mkdir()
-    with timer.phase("criu"):
+    follower = PageFollower(images, CHUNK_SIZE) if req.split_memory and req.follow_pages else None
+    with timer.phase("criu"), follower or contextlib.nullcontext():
         stop_watch = progress.watch_dir(images)
         try:
             src.dumper.dump(
@@ -228,6 +234,7 @@ def _dump(
             )
         finally:
             stop_watch()
+        return follower.stop() if follower else {}
 
 
 def _quiesce(req: CheckpointRequest, timer: PhaseTimer, inflight: _InFlight) -> None:
@@ -244,17 +251,30 @@ def _quiesce(req: CheckpointRequest, timer: PhaseTimer, inflight: _InFlight) -> 
 
 
 def _pack(
-    req: CheckpointRequest, root: Path, dumper: Dumper, timer: PhaseTimer, progress: Progress
+    req: CheckpointRequest,
+    root: Path,
+    dumper: Dumper,
+    timer: PhaseTimer,
+    progress: Progress,
+    early: dict[str, dict[int, str]],
 ):
     """The bulk first, by a rename; the zero-page pass then reads only what stays with CRIU,
-    and the memory file's zero blocks become holes as it is hashed, on every core. Returns
-    every file's digests."""
+    and the memory file's zero blocks become holes as it is hashed, on every core, but for
+    the chunks hashed during the dump (``early``) that the split left alone. Returns every
+    file's digests."""
     images = root / CRIU_DIR
+    known: dict[int, str] = {}
     if req.split_memory:
         with timer.step("memfile"):
             moved = memfile.split(images, root)
+        known = still_valid(
+            early.get(moved.source, {}), CHUNK_SIZE, moved.source_size, moved.changed
+        )
         log.info(
-            "moved %d range(s), %.2f GB, into the memory file", moved.ranges, moved.bytes / 1e9
+            "moved %d range(s), %.2f GB, into the memory file (%d chunk(s) hashed during the dump)",
+            moved.ranges,
+            moved.bytes / 1e9,
+            len(known),
         )
     if not req.keep_zero_pages:
         with timer.step("sparse"):
@@ -266,10 +286,10 @@ def _pack(
         )
     dumper.pack_extra(root)
     with timer.step("hash"):
-        return _describe(root, progress)
+        return _describe(root, progress, known)
 
 
-def _describe(root: Path, progress: Progress):
+def _describe(root: Path, progress: Progress, known: dict[int, str]):
     """Every file's digests. The memory file first: its zero blocks become holes as it is
     hashed, and the index then leaves them out (a restore writes only data); the index is
     hashed after that."""
@@ -281,6 +301,7 @@ def _describe(root: Path, progress: Progress):
             progress=progress.add_bytes,
             holes=frozenset({MEMORY_PAGES}),
             only=frozenset({MEMORY_PAGES}),
+            known_chunks={MEMORY_PAGES: known},
         )
         skipped = memfile.drop_holes(root)
         log.info("the memory file's zero blocks: %.2f GB, left out of its index", skipped / 1e9)

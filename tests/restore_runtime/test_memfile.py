@@ -19,13 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from api.manifest import CHUNK_SIZE
+from api.manifest import CHUNK_SIZE, FILE_DIGEST
 from api.memory import MEMORY_INDEX, MEMORY_PAGES, MemoryIndex
 from devnode import free_port
 from restore_runtime import procs, sandbox
+from restore_runtime.artifact.follow import still_valid
+from restore_runtime.artifact.hashing import hash_range
 from restore_runtime.artifact.pack import describe_files, write_manifest
 from restore_runtime.artifact.verify import load_manifest
 from restore_runtime.criu import memfile
+from restore_runtime.executor.tree_access import CriuDumper
 from tests.conftest import requires_criu
 from tests.helpers import ROOT, ask, restore_cli, snapshotctl
 
@@ -263,3 +266,33 @@ def test_a_hostile_index_is_refused(dumped, tmp_path, hostile):
     )
     assert problems, hostile
     _refused(art, port, tmp_path, "memory/index.json")
+
+
+CHUNK = 256 * 1024  # many chunks of the memory file, some of them with runs that stay
+
+
+def test_digests_taken_before_the_split_hold_where_it_says(tmp_path, cleanup_pids):
+    """A real dump (tests/workloads/big_heap.py: two processes, runs that move and runs
+    that stay with CRIU), every page file's chunks hashed as the follower would, then the
+    split: each digest still_valid keeps matches the memory file's chunk now."""
+    pid, port = _start(tmp_path)
+    cleanup_pids.append(pid)
+    _both(port)  # both processes have filled their memory
+    images, work, art = tmp_path / "criu", tmp_path / "work", tmp_path / "art"
+    for d in (images, work, art):
+        d.mkdir()
+    CriuDumper().dump(pid, images, work, True, None)
+    before = {
+        p.name: {
+            k: hash_range(p, k * CHUNK, CHUNK, FILE_DIGEST, holes=True)
+            for k in range(p.stat().st_size // CHUNK)
+        }
+        for p in images.glob("pages-*.img")
+    }
+    split = memfile.split(images, art)
+    assert split.source in before and split.changed, "runs were punched out of the source"
+    valid = still_valid(before[split.source], CHUNK, split.source_size, split.changed)
+    assert 0 < len(valid) < len(before[split.source]), "some chunks kept, some dropped"
+    for k, d in valid.items():
+        now = hash_range(art / MEMORY_PAGES, k * CHUNK, CHUNK, FILE_DIGEST)
+        assert now == d, f"chunk {k}"
