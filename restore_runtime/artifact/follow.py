@@ -68,14 +68,9 @@ class PageFollower:
                 whole = path.stat().st_size // self.chunk_size
                 for k in range(whole):
                     if (path.name, k) not in self._chunks:
+                        at, n = k * self.chunk_size, self.chunk_size
                         self._chunks[path.name, k] = self._pool.submit(
-                            hash_range,
-                            path,
-                            k * self.chunk_size,
-                            self.chunk_size,
-                            self.algorithm,
-                            None,
-                            True,
+                            hash_range, path, at, n, self.algorithm, holes=True
                         )
 
     def stop(self) -> dict[str, dict[int, str]]:
@@ -105,12 +100,10 @@ def still_valid(
     """Those of ``digests`` (chunk index -> digest of a file of ``size`` bytes when hashed)
     whose chunk no range of ``changed`` ((offset, length), written or punched since) touches,
     and that lay wholly inside the file."""
-    spans = sorted((o // chunk_size, (o + n - 1) // chunk_size) for o, n in changed if n > 0)
-    valid: dict[int, str] = {}
-    for k, d in digests.items():
-        if (k + 1) * chunk_size > size:
-            continue
-        if any(first <= k <= last for first, last in spans):
-            continue
-        valid[k] = d
-    return valid
+    touched = {
+        k
+        for o, n in changed
+        if n > 0
+        for k in range(o // chunk_size, (o + n - 1) // chunk_size + 1)
+    }
+    return {k: d for k, d in digests.items() if (k + 1) * chunk_size <= size and k not in touched}
