@@ -12,6 +12,7 @@ import ctypes
 import os
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
@@ -21,13 +22,21 @@ from tests.conftest import requires_gpu
 
 
 class MemmoveDriver:
-    """A stand-in for the CUDA driver (no GPU in CI): copies happen at once, with memmove;
-    every call is recorded with its thread, registrations take ``pin_s`` each, and the copy
-    numbered ``fail_copy``, the registration numbered ``fail_register`` or (``fail_bind``)
-    making the context current on a pinning thread fails."""
+    """A stand-in for the CUDA driver (no GPU in CI): copies are memmoves, at once or, with
+    ``copy_s``, each taking that long on a stream thread of their own as the driver's
+    asynchronous copies do (so a piece let go of before its copy ran, or too many pieces
+    locked while copies lag, shows); every call is recorded with its thread, registrations
+    take ``pin_s`` each, and the copy numbered ``fail_copy``, the registration numbered
+    ``fail_register`` or (``fail_bind``) making the context current on a pinning thread
+    fails."""
 
     def __init__(
-        self, fail_copy: int = 0, fail_register: int = 0, pin_s: float = 0.0, fail_bind=False
+        self,
+        fail_copy: int = 0,
+        fail_register: int = 0,
+        pin_s: float = 0.0,
+        fail_bind=False,
+        copy_s: float = 0.0,
     ) -> None:
         self.calls: list[tuple] = []  # (call, address or event, thread)
         self.registered: dict[int, int] = {}
@@ -38,6 +47,9 @@ class MemmoveDriver:
         self.bound: set[int] = set()
         self.lock = threading.Lock()
         self.fail_bind = fail_bind
+        self.copy_s = copy_s
+        self.on_stream = ThreadPoolExecutor(1, "stand-in-stream") if copy_s else None
+        self.queued: dict[int, Future] = {}  # a piece's address -> its copy on the stream
 
     def _log(self, *call: object) -> None:
         self.calls.append((*call, threading.get_ident()))
@@ -81,15 +93,31 @@ class MemmoveDriver:
             self.copies += 1
             if self.copies == self.fail_copy:
                 raise CudaError("cuMemcpyHtoDAsync_v2 failed: CUresult 700")
-            src, dst = (host, dev) if to_device else (dev, host)
-            ctypes.memmove(dst, src, n)
             self._log("copy", host)
             self.last_copied = host
+            if self.on_stream is None:
+                self._memmove(to_device, dev, host, n)
+            else:
+                self.queued[host] = self.on_stream.submit(self._late, to_device, dev, host, n)
+
+    def _late(self, to_device: bool, dev: int, host: int, n: int) -> None:
+        time.sleep(self.copy_s)
+        with self.lock:
+            assert self.registered.get(host) == n, "let go of before its copy ran"
+            self._memmove(to_device, dev, host, n)
+
+    @staticmethod
+    def _memmove(to_device: bool, dev: int, host: int, n: int) -> None:
+        src, dst = (host, dev) if to_device else (dev, host)
+        ctypes.memmove(dst, src, n)
 
     def record(self, stream: int) -> int:
         return self.last_copied  # the event stands for the last copy's piece
 
     def wait(self, event: int) -> None:
+        copy = self.queued.pop(event, None)
+        if copy is not None:
+            copy.result()
         with self.lock:
             self._log("wait", event)
 
@@ -101,33 +129,38 @@ def device_buffer(n: int) -> ctypes.Array:
     return (ctypes.c_char * n).from_buffer_copy(os.urandom(n))
 
 
+@pytest.mark.parametrize("copy_s", [0.0, 0.01], ids=["instant", "lagging"])
 @pytest.mark.parametrize("pinners", [1, 2, 3])
-def test_a_round_trip_keeps_every_byte_and_pins_within_the_bound(pinners):
+def test_a_round_trip_keeps_every_byte_and_pins_within_the_bound(pinners, copy_s):
     n = 9 * 4096 + 123  # pieces of 4 KiB, the last one short
     dev = device_buffer(n)
     before = bytes(dev)
-    driver = MemmoveDriver()
+    driver = MemmoveDriver(copy_s=copy_s)
+    main = threading.get_ident()
     with offload.HostCopy(n, driver) as host:
         assert host.size % (2 << 20) == 0 and host.size >= n
         for to_device in (False, True):
+            first = len(driver.calls)
             offload.copy_in_pieces(
                 driver, host.ptr, ctypes.addressof(dev), n, to_device, 4096, pinners
             )
+            # each call pins on threads of its own, at most ``pinners`` of them (idents are
+            # counted per call: a new pool's threads need not reuse the last one's idents)
+            pinning = {c[2] for c in driver.calls[first:] if c[0] in ("register", "unregister")}
+            assert main not in pinning and len(pinning) <= pinners
             if not to_device:
                 ctypes.memset(dev, 0, n)
         pieces = [host.ptr + at for at in range(0, n, 4096)]
     assert bytes(dev) == before
     assert driver.registered == {} and driver.streams == set()
+    # with copies that lag, the pieces wait on them: the bound is what stops them piling up
     assert driver.most_registered <= 2 * pinners + 1
-    main = threading.get_ident()
     for piece in pieces:  # each piece, both ways: locked, copied, waited for, let go of
         assert driver.order_of(piece) == ["register", "copy", "wait", "unregister"] * 2
     # the copies are queued in order, on the calling thread; the pinning is elsewhere
     copies = [c for c in driver.calls if c[0] == "copy"]
     assert [c[1] for c in copies] == pieces * 2
     assert {c[2] for c in copies} == {main}
-    pinning = {c[2] for c in driver.calls if c[0] in ("register", "unregister")}
-    assert main not in pinning and len(pinning) <= pinners
 
 
 def test_pieces_are_page_locked_on_several_threads_at_once():
