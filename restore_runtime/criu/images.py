@@ -58,12 +58,20 @@ def encode_addr(ip: str) -> list[int]:
 
 
 def _rewrite(out_dir: Path, name: str, data: dict) -> None:
-    """``name`` written into ``out_dir`` (the restore's private view of the images)."""
+    """``name`` written into ``out_dir``: the restore's own directory of verified copies,
+    never a view that merges the store's names (a link planted there, ``.NAME.tmp`` to a
+    host file, would be followed by a plain open). The temporary is made new (``O_EXCL``,
+    no link followed) through a descriptor of that directory."""
     images = _pycriu_images()
-    tmp = out_dir / f".{name}.tmp"
-    with open(tmp, "wb") as f:
-        images.dump(data, f)
-    os.replace(tmp, out_dir / name)
+    tmp = f".{name}.tmp"
+    dir_fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with open(os.open(tmp, flags, 0o600, dir_fd=dir_fd), "wb") as f:
+            images.dump(data, f)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def rename_host(images_dir: Path, out_dir: Path, hostname: str) -> str | None:

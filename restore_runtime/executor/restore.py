@@ -106,9 +106,11 @@ class Restore:
             manifest, pages = self._verify()
         with self.phase("setup"):
             self._gate(manifest)
-            self._stage(manifest)
+            # the images rewritten among the verified copies, before the view over the
+            # store is made: nothing is written where the store's names show
             self._rebind(manifest)
             self._rename_host()
+            self._stage(manifest)
         self._verify_the_rest_meanwhile(manifest, pages)
         with self.phase("criu"):
             self._restoring = True
@@ -196,7 +198,10 @@ class Restore:
         """CRIU's images in their private view, and the artifact's rootfs diff applied to
         the new container's root."""
         with self.timer.step("stage"):
-            workdir.stage_images(self.artifact / CRIU_DIR, self.verified / CRIU_DIR, self.work)
+            pages = [Path(e.path).name for e in manifest.files if _PAGE_IMAGE.match(e.path)]
+            workdir.stage_images(
+                self.artifact / CRIU_DIR, self.verified / CRIU_DIR, self.work, pages
+            )
         if self.req.rootfs is not None:
             with self.timer.step("rootfs"):
                 apply_rootfs_diff(self.verified, self.req.rootfs)
@@ -213,7 +218,7 @@ class Restore:
         mapping = rebind_map(manifest.network.pod_ips, self.new_ips)
         if mapping:
             with self.timer.step("rebind"):
-                n = images.rebind(self.verified / CRIU_DIR, self.images, mapping)
+                n = images.rebind(self.verified / CRIU_DIR, self.verified / CRIU_DIR, mapping)
             log.info("rebound %d socket address(es): %s", n, mapping)
         elif req.netns and not manifest.network.external_netns:
             raise SnapshotError(
@@ -221,7 +226,7 @@ class Restore:
                 f"into {req.netns}"
             )
         with self.timer.step("network-lock"):  # no connection comes back: nothing to shield
-            images.skip_network_lock(self.verified / CRIU_DIR, self.images)
+            images.skip_network_lock(self.verified / CRIU_DIR, self.verified / CRIU_DIR)
 
     def _rename_host(self) -> None:
         """The images given the host name of the UTS namespace the tree restores into: CRIU
@@ -230,7 +235,8 @@ class Restore:
             return
         with self.timer.step("hostname"):
             hostname = hostname_of(self.req.oci_spec)
-            old = hostname and images.rename_host(self.verified / CRIU_DIR, self.images, hostname)
+            verified = self.verified / CRIU_DIR
+            old = hostname and images.rename_host(verified, verified, hostname)
         if old:
             log.info("host name %s given as %s", old, hostname)
 
