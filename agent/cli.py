@@ -296,7 +296,7 @@ def install_settings(args: argparse.Namespace) -> NodeConfig:
 
 
 def _install_node(args: argparse.Namespace) -> int:
-    from .install import check_host_mounts, install
+    from .install import check_host_mounts, install, restart_marker
 
     check_host_mounts(args.host_to_container)
     node = install_settings(args)
@@ -309,12 +309,9 @@ def _install_node(args: argparse.Namespace) -> int:
                   packages=args.packages, sign_key=args.sign_key, bin_dir=args.bin_dir,
                   node=node, check_host=args.check_host)  # fmt: skip
     print(f"shim: {res.shim}; containerd config {'updated' if res.config_changed else 'unchanged'}")
-    # Until containerd has restarted, a marker beside its config says it must: a restart that
-    # fails (the init container then fails and runs again) is retried though the config no
-    # longer changes.
-    pending = res.config.with_name(res.config.name + ".snapshot-restart-pending")
-    if res.config_changed:
-        pending.touch()
+    # written by install() before the config: a restart that fails (the init container then
+    # fails and runs again), or an install killed after the config, is retried
+    pending = restart_marker(res.config)
     if pending.exists() and args.restart_command:
         _restart(args.restart_command)
         pending.unlink()

@@ -26,6 +26,7 @@ The text edits are pure functions (tested); install() only copies and writes."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -39,6 +40,7 @@ from importlib import metadata
 from pathlib import Path
 
 from api import runtime
+from api.handshake import atomic_write
 from api.node import NodeConfig
 from restore_runtime.artifact import signing
 from restore_runtime.criu import runner as criu_runner
@@ -50,6 +52,10 @@ from . import bundle, prereqs
 log = logging.getLogger("snapshot.install")
 
 SHIM_NAME = "containerd-shim-snapshot-v2"
+#: the node's keys, in PREFIX/keys
+VERIFY_KEY, OCI_AUTH = "verify.pem", "oci-auth.json"
+#: the stagings of installs (one per node at a time: the agent's init container)
+STAGING_PREFIX = ".staging-"
 VERSION = metadata.version("gpu-snapshot")
 
 
@@ -173,8 +179,10 @@ def _install_bundle(host_prefix: Path, prefix: Path, python: str, site: Path) ->
     """The bundle from this image under host_prefix; its directory's name. The same image
     installed again reuses its directory, which running shims may be using."""
     host_prefix.mkdir(parents=True, exist_ok=True)
-    staging = host_prefix / f".staging-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
+    # what a killed install left: on a disk sized for one upgrade, it would fail every retry
+    for dead in host_prefix.glob(f"{STAGING_PREFIX}*"):
+        shutil.rmtree(dead, ignore_errors=True)
+    staging = host_prefix / f"{STAGING_PREFIX}{os.getpid()}"
     try:
         bundle.stage(staging, python, site, Path(criu_runner.criu_binary()))
         name = f"{VERSION}-{bundle.build_id(staging)}"
@@ -233,36 +241,35 @@ def _install_keys(
     verify_key: Path | None,
     sign_key: Path | None,
 ) -> NodeConfig:
-    """The public key and the registry credentials, copied to PREFIX/keys (root only), the
-    old ones replaced whole; returns the settings naming those copies."""
-    staging = host_prefix / ".keys.new"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(mode=0o700)
-    key = None
-    if verify_key is not None or sign_key is not None:
-        dest = staging / "verify.pem"
-        if sign_key is not None:
-            dest.write_bytes(signing.public_pem(signing.load_private_key(sign_key)))
-        else:
-            shutil.copy2(verify_key, dest)
-        key = prefix / "keys" / "verify.pem"
+    """The public keys and the registry credentials, in PREFIX/keys (root only); returns the
+    settings naming them. Each file is replaced by one rename, so a restore reading a key
+    during a reinstall, or an install killed at any point, finds the old file or the new one,
+    never none; a file no longer wanted goes last. The keys are checked to load first."""
+    keys = host_prefix / "keys"
+    for leftover in (".keys.new", ".keys.old"):  # the directory swap of earlier versions
+        shutil.rmtree(host_prefix / leftover, ignore_errors=True)
+    keys.mkdir(mode=0o700, parents=True, exist_ok=True)
+    keys.chmod(0o700)
+    wanted: dict[str, bytes] = {}
+    if sign_key is not None:
+        wanted[VERIFY_KEY] = signing.public_pem(signing.load_private_key(sign_key))
+    elif verify_key is not None:
+        wanted[VERIFY_KEY] = verify_key.read_bytes()
+        signing.public_keys_from_pem(wanted[VERIFY_KEY], str(verify_key))
     elif node.signing_required:
         log.warning(
             "no verify key: restores on this node are refused until one is installed "
             "(or signing is turned off with --no-signing-required)"
         )
-    auth = None
     if node.oci_auth_file is not None:
-        dest = staging / "oci-auth.json"
-        dest.write_bytes(node.oci_auth_file.read_bytes())
-        dest.chmod(0o600)
-        auth = prefix / "keys" / "oci-auth.json"
-    old = host_prefix / ".keys.old"
-    shutil.rmtree(old, ignore_errors=True)
-    if (host_prefix / "keys").exists():
-        (host_prefix / "keys").rename(old)
-    staging.rename(host_prefix / "keys")
-    shutil.rmtree(old, ignore_errors=True)
+        wanted[OCI_AUTH] = node.oci_auth_file.read_bytes()
+    for name, data in wanted.items():
+        atomic_write(keys / name, data, mode=0o600)
+    for name in {VERIFY_KEY, OCI_AUTH} - set(wanted):
+        with contextlib.suppress(FileNotFoundError):
+            (keys / name).unlink()
+    key = prefix / "keys" / VERIFY_KEY if VERIFY_KEY in wanted else None
+    auth = prefix / "keys" / OCI_AUTH if OCI_AUTH in wanted else None
     return dataclasses.replace(node, verify_key_path=key, oci_auth_file=auth)
 
 
@@ -287,8 +294,17 @@ def _register_runtime(host_config: Path) -> bool:
     host_config.parent.mkdir(parents=True, exist_ok=True)
     tmp = host_config.with_name(host_config.name + ".new")
     tmp.write_text(new)
+    # before the config is replaced: an install killed after it still restarts containerd
+    restart_marker(host_config).touch()
     tmp.replace(host_config)
     return True
+
+
+def restart_marker(host_config: Path) -> Path:
+    """Beside containerd's config while containerd has not loaded what the installer wrote:
+    the next run restarts it though the config no longer changes (a failed restart, or an
+    install killed after writing it)."""
+    return host_config.with_name(host_config.name + ".snapshot-restart-pending")
 
 
 #: the kernel's transparent huge pages mode (one per kernel: a container reads the host's)

@@ -10,7 +10,6 @@ import logging
 from pathlib import Path
 
 from api.handshake import atomic_write
-from restore_runtime.artifact import signing
 
 from .signer_client import RemoteSigner
 
@@ -21,9 +20,9 @@ KEY_REFRESH_S = 300.0
 
 def refresh(signer: RemoteSigner, path: Path) -> bool:
     """Write the keys the signer serves to ``path`` (atomically) when they differ from what
-    is there; True when written. What is not Ed25519 public keys is refused unwritten."""
+    is there; True when written. What is not Ed25519 public keys is refused unwritten (by
+    ``public_key``)."""
     pem = signer.public_key()
-    signing.public_keys_from_pem(pem, signer.url)
     try:
         if path.read_bytes() == pem:
             return False

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from api.crd import PodSnapshot
 from api.signer import KEY_PATH, SIGN_PATH, SignRequest, SignResponse
+from restore_runtime.artifact import signing
 from restore_runtime.artifact.pack import Signer
 from restore_runtime.errors import SnapshotError
 
@@ -67,16 +68,19 @@ class RemoteSigner:
             raise SignerError(f"signer {self.url}: malformed answer: {e}") from e
 
     def public_key(self, wait_s: float = 0.0) -> bytes:
-        """The PEM public key nodes verify with; retried for ``wait_s`` (an agent's init
-        container may start before the signer serves)."""
+        """The PEM public keys nodes verify with (the current one first), each checked to load
+        as an Ed25519 public key; retried for ``wait_s`` (an agent's init container may start
+        before the signer serves)."""
         deadline = time.monotonic() + wait_s
         while True:
             try:
                 with self._client() as c:
                     r = c.get(KEY_PATH)
                 r.raise_for_status()
-                if b"BEGIN PUBLIC KEY" not in r.content:
-                    raise SignerError(f"signer {self.url}: {KEY_PATH} is not a PEM public key")
+                try:  # a ring cut short, or another kind of key, replaces no good keys
+                    signing.public_keys_from_pem(r.content, f"{self.url}{KEY_PATH}")
+                except signing.KeyError_ as e:
+                    raise SignerError(f"signer {self.url}: {e}") from e
                 return r.content
             except (OSError, httpx.HTTPError) as e:
                 if time.monotonic() >= deadline:

@@ -71,13 +71,13 @@ class RestoreComplete:
         )
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write via a temporary file in the same directory, then rename: a reader sees either
-    nothing or the whole file. Readable by all: the workload may run as any user (the file
-    holds no secret), while only its writer may change it."""
+    nothing or the whole file. Readable by all by default: the workload may run as any user
+    (the file holds no secret), while only its writer may change it."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        os.fchmod(fd, 0o644)
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -1,0 +1,173 @@
+"""The installer under faults (faults round 3): an install killed after it wrote containerd's
+config still restarts containerd on its next run; a dead install's staging is removed before
+the next one stages; the node's keys are replaced a file at a time, never leaving none; and
+what the signer answers for its keys is checked before anything is written.
+
+The signer here is a real HTTPS server on loopback (a CA of its own, as the chart's signer
+has) answering whatever the case needs; the installs go into scratch host roots."""
+
+from __future__ import annotations
+
+import http.server
+import ssl
+import threading
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from agent import cli
+from agent import install as inst
+from agent.signer_client import RemoteSigner, SignerError
+from api import handshake
+from api.signer import KEY_PATH
+from kubeclient import certs
+from restore_runtime.artifact import signing
+from tests.agent.test_install import host_with_config
+
+
+@pytest.fixture
+def no_packages(tmp_path, monkeypatch):
+    packages = tmp_path / "site"
+    packages.mkdir()
+    monkeypatch.setattr(inst.sysconfig, "get_paths", lambda: {"purelib": str(packages)})
+
+
+def install_args(host: Path, *more: str) -> list[str]:
+    return ["install-node", f"--host-root={host}", "--skip-host-check", *more]
+
+
+class Died(BaseException):
+    """The installer's process killed (SIGKILL runs no handler: nothing after it runs)."""
+
+
+def test_an_install_killed_after_the_config_restarts_containerd_next_time(
+    tmp_path, monkeypatch, no_packages
+):
+    host, config = host_with_config(tmp_path)
+    restarts = tmp_path / "restarts"
+
+    def killed(*args, **kwargs):  # the step right after the config was replaced
+        raise Died
+
+    with monkeypatch.context() as m:
+        m.setattr(inst, "advise_huge_pages", killed)
+        with pytest.raises(Died):
+            cli.main(install_args(host, "--no-signing-required", "--restart-command=true"))
+    assert "snapshot" in config.read_text(), "the config was written before the kill"
+    assert cli.main(install_args(host, "--no-signing-required",
+                                 f"--restart-command=echo once >> {restarts}")) == 0  # fmt: skip
+    assert restarts.read_text() == "once\n", "containerd never loaded the runtime"
+    assert not inst.restart_marker(config).exists()
+
+
+def test_a_dead_install_staging_is_removed_before_staging(tmp_path, monkeypatch, no_packages):
+    """Removed before the new staging is made, not after a successful install: on a disk
+    sized for one upgrade, the new staging would not fit beside it."""
+    host, _ = host_with_config(tmp_path)
+    prefix = host / "opt/snapshot"
+    dead = prefix / ".staging-4242"
+    (dead / "python").mkdir(parents=True)
+    (dead / "python/big").write_bytes(b"\0" * 4096)
+    stage, beside = inst.bundle.stage, []
+
+    def staging(into, *args, **kwargs):
+        beside.extend(sorted(p.name for p in prefix.glob(".staging-*") if p != into))
+        return stage(into, *args, **kwargs)
+
+    monkeypatch.setattr(inst.bundle, "stage", staging)
+    assert cli.main(install_args(host, "--no-signing-required")) == 0
+    assert beside == [], "a dead staging still there while the new one was made"
+    assert list(prefix.glob(".staging-*")) == []
+
+
+def test_keys_are_replaced_a_file_at_a_time(tmp_path, monkeypatch, no_packages):
+    """Reinstalled with another key: at no moment of the key's replacement is there no
+    verify.pem (the old directory swap had a window with none); the new key is in place."""
+    host, _ = host_with_config(tmp_path)
+    first, second = tmp_path / "1", tmp_path / "2"
+    for d in (first, second):
+        d.mkdir()
+        signing.generate_keypair(d / "sign.pem", d / "verify.pem")
+    assert cli.main(install_args(host, f"--verify-key={first / 'verify.pem'}")) == 0
+    keys = host / "opt/snapshot/keys"
+    seen: list[bytes | None] = []
+    real_rename = handshake.os.rename
+
+    def watched(src, dst, *a, **k):
+        seen.append((keys / "verify.pem").read_bytes() if (keys / "verify.pem").exists() else None)
+        real_rename(src, dst, *a, **k)
+        seen.append((keys / "verify.pem").read_bytes() if (keys / "verify.pem").exists() else None)
+
+    monkeypatch.setattr(handshake.os, "rename", watched)
+    assert cli.main(install_args(host, f"--verify-key={second / 'verify.pem'}")) == 0
+    assert None not in seen, "a moment with no verify key"
+    assert (keys / "verify.pem").read_bytes() == (second / "verify.pem").read_bytes()
+    assert (keys.stat().st_mode & 0o777) == 0o700
+    assert ((keys / "verify.pem").stat().st_mode & 0o777) == 0o600
+
+
+@pytest.fixture
+def signer_answering(tmp_path):
+    """A loopback HTTPS server whose KEY_PATH answers ``answer[0]``; its CA's path."""
+    answer: list[bytes] = [b""]
+    tls = certs.ensure(tmp_path / "tls", ["127.0.0.1"])
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = answer[0] if self.path == KEY_PATH else b""
+            self.send_response(200 if self.path == KEY_PATH else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tls.cert, tls.key)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"https://127.0.0.1:{server.server_address[1]}", tls.ca, answer
+    server.shutdown()
+
+
+def ring(tmp_path: Path, n: int) -> bytes:
+    pems = []
+    for i in range(n):
+        signing.generate_keypair(tmp_path / f"s{i}", tmp_path / f"v{i}")
+        pems.append((tmp_path / f"v{i}").read_bytes())
+    return b"".join(pems)
+
+
+def rsa_pem() -> bytes:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+@pytest.mark.parametrize("bad", ["cut-short", "rsa", "garbage", "empty"])
+def test_a_bad_key_answer_is_refused_and_writes_nothing(
+    tmp_path, signer_answering, no_packages, bad
+):
+    url, ca, answer = signer_answering
+    good = ring(tmp_path, 2)
+    answer[0] = {
+        "cut-short": good[: len(good) - 40],
+        "rsa": rsa_pem(),
+        "garbage": b"-----BEGIN PUBLIC KEY-----\nnot a key\n-----END PUBLIC KEY-----\n",
+        "empty": b"",
+    }[bad]
+    with pytest.raises(SignerError):
+        RemoteSigner(url, ca).public_key()
+    # install-node asks before it installs anything: the node keeps what it had
+    host, config = host_with_config(tmp_path)
+    before = config.read_text()
+    code = cli.main(install_args(host, f"--signer-url={url}", f"--signer-ca={ca}"))
+    assert code != 0
+    assert config.read_text() == before and not (host / "opt").exists()
+    answer[0] = good
+    assert RemoteSigner(url, ca).public_key() == good
