@@ -244,7 +244,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 background.add(asyncio.create_task(
                     keep_fresh(cfg.signer, args.verify_key_path, args.key_refresh)))  # fmt: skip
             if args.daemonset:
-                await node_ready.mark_ready(api, cfg.node, args.not_beside)
+                release_ns = args.daemonset.partition("/")[0]
+                await node_ready.mark_ready(api, cfg.node, release_ns, args.not_beside)
+                if args.not_beside:
+                    background.add(asyncio.create_task(node_ready.keep_marked(
+                        api, cfg.node, release_ns, args.not_beside)))  # fmt: skip
             log.info("agent for node %s, artifact store %s", cfg.node, cfg.store)
             await run_per_object(agent.reconcile_key, agent.watched(), args.resync,
                                  sanitize=api.sanitize_for_serialization)  # fmt: skip

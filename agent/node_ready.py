@@ -14,10 +14,13 @@ so a label never outlives the shim it stands for.
 Restore pods run tenants' code, so a node that also runs the signer (which holds the signing
 key), the webhook or the controller is not made ready by default (``--not-beside``, the
 chart's ``agent.readyBesideControlPlane``): those components' affinity keeps them off ready
-nodes, and this keeps ready nodes off them when they were placed first."""
+nodes, and this keeps ready nodes off them when they were placed first, or moved there later
+(the agent checks again while it runs). Only the release's own namespace is looked at: a
+tenant's pod wearing the same labels blocks nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from kubernetes_asyncio import client
@@ -36,10 +39,11 @@ async def mark(api: client.ApiClient, node: str, ready: bool) -> None:
     log.info("node %s: label %s %s", node, READY_LABEL, "set" if ready else "removed")
 
 
-async def beside(api: client.ApiClient, node: str, selector: str) -> list[str]:
-    """The pods on ``node`` matching the label ``selector`` (namespace/name)."""
-    pods = await client.CoreV1Api(api).list_pod_for_all_namespaces(
-        field_selector=f"spec.nodeName={node}", label_selector=selector
+async def beside(api: client.ApiClient, node: str, namespace: str, selector: str) -> list[str]:
+    """The release's pods on ``node`` matching the label ``selector`` (namespace/name): only
+    its own namespace is looked at, since a tenant may wear any labels in its own."""
+    pods = await client.CoreV1Api(api).list_namespaced_pod(
+        namespace, field_selector=f"spec.nodeName={node}", label_selector=selector
     )
     return sorted(
         f"{p.metadata.namespace}/{p.metadata.name}"
@@ -48,12 +52,15 @@ async def beside(api: client.ApiClient, node: str, selector: str) -> list[str]:
     )
 
 
-async def mark_ready(api: client.ApiClient, node: str, not_beside: str | None) -> list[str]:
-    """Set the label unless pods matching ``not_beside`` run on the node; those pods (the
-    label then stays off, and the node gets an Event that names them)."""
-    blockers = await beside(api, node, not_beside) if not_beside else []
+async def mark_ready(
+    api: client.ApiClient, node: str, namespace: str, not_beside: str | None
+) -> list[str]:
+    """Set the label unless pods of the release (in ``namespace``) matching ``not_beside``
+    run on the node; then remove it, and the node gets an Event that names them. Returns
+    those pods."""
+    blockers = await beside(api, node, namespace, not_beside) if not_beside else []
+    await mark(api, node, not blockers)
     if not blockers:
-        await mark(api, node, True)
         return []
     why = (
         f"not ready for restore pods: {', '.join(blockers)} run on this node, and restore "
@@ -63,6 +70,23 @@ async def mark_ready(api: client.ApiClient, node: str, not_beside: str | None) -
     obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
     await emit_event(api, obj, "Warning", "SnapshotNodeNotReady", why, "snapshot-agent")
     return blockers
+
+
+async def keep_marked(
+    api: client.ApiClient, node: str, namespace: str, not_beside: str, every_s: float = 60.0
+) -> None:
+    """While the agent runs: the label follows the control plane's pods as they come onto
+    or leave the node (checked every ``every_s``); an Event only when the answer changes."""
+    last: list[str] | None = None
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            now = await beside(api, node, namespace, not_beside)
+            if now != last:
+                await mark_ready(api, node, namespace, not_beside)
+            last = now
+        except Exception as e:  # the API server away: keep the label as it is, ask again
+            log.warning("node %s: cannot check what runs beside the agent: %s", node, e)
 
 
 async def unmark_all(api: client.ApiClient) -> list[str]:

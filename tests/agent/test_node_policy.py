@@ -8,6 +8,7 @@ not bound to a pod is denied outright."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 
 import pytest
@@ -358,7 +359,11 @@ async def test_a_node_running_the_control_plane_is_not_made_ready(control_plane,
     """Isolation: restore pods run tenants' code, so the agent leaves a node unlabelled while
     the signer (or the webhook, or the controller) of its release runs there, and says why
     in an Event on the node; another node is made ready. Against a real API server, with the
-    selector the chart passes."""
+    selector the chart passes.
+
+    Isolation round 4, attack 4: a tenant's pod wearing the same labels in its own namespace
+    blocks nothing (only the release's namespace is looked at); and the agent checks again
+    while it runs, so the label comes back once the signer has left the node."""
     from agent import node_ready
     from kubeclient import api as kube
 
@@ -366,24 +371,43 @@ async def test_a_node_running_the_control_plane_is_not_made_ready(control_plane,
         "app.kubernetes.io/instance=snap,app.kubernetes.io/component in (signer,webhook,controller)"
     )
     labels = {"app.kubernetes.io/instance": "snap", "app.kubernetes.io/component": "signer"}
-    spec = {"nodeName": "node-a", "containers": [{"name": "s", "image": "i:1"}]}
-    signer = {"metadata": {"name": "snap-signer-0", "labels": labels}, "spec": spec}
-    path = f"/api/v1/namespaces/{SYSTEM}/pods"
-    assert nodes.post(path, json=signer).status_code in (201, 409)
+
+    def pod(name: str, node: str) -> dict:
+        spec = {"nodeName": node, "containers": [{"name": "s", "image": "i:1"}]}
+        return {"metadata": {"name": name, "labels": labels}, "spec": spec}
+
+    path, tenant = f"/api/v1/namespaces/{SYSTEM}/pods", f"/api/v1/namespaces/{NS}/pods"
+    assert nodes.post(path, json=pod("snap-signer-0", "node-a")).status_code in (201, 409)
+    assert nodes.post(tenant, json=pod("wears-the-labels", "node-b")).status_code in (201, 409)
     try:
         async with await kube.api_client(str(control_plane.kubeconfig)) as api:
             await node_ready.mark(api, "node-a", False)
-            assert await node_ready.mark_ready(api, "node-a", selector) == [
+            assert await node_ready.mark_ready(api, "node-a", SYSTEM, selector) == [
                 f"{SYSTEM}/snap-signer-0"]  # fmt: skip
-            assert await node_ready.mark_ready(api, "node-b", selector) == []
-        assert READY not in nodes.get("/api/v1/nodes/node-a").json()["metadata"]["labels"]
-        assert nodes.get("/api/v1/nodes/node-b").json()["metadata"]["labels"][READY] == "true"
-        about_a = {"fieldSelector": "involvedObject.name=node-a"}
-        events = nodes.get("/api/v1/namespaces/default/events", params=about_a).json()["items"]
-        assert any(e["reason"] == "SnapshotNodeNotReady" and "snap-signer-0" in e["message"]
-                   for e in events), events  # fmt: skip
+            assert await node_ready.mark_ready(api, "node-b", SYSTEM, selector) == []
+            assert READY not in nodes.get("/api/v1/nodes/node-a").json()["metadata"]["labels"]
+            assert nodes.get("/api/v1/nodes/node-b").json()["metadata"]["labels"][READY] == "true"
+            about_a = {"fieldSelector": "involvedObject.name=node-a"}
+            events = nodes.get("/api/v1/namespaces/default/events", params=about_a).json()
+            assert any(e["reason"] == "SnapshotNodeNotReady" and "snap-signer-0" in e["message"]
+                       for e in events["items"]), events  # fmt: skip
+            # the signer leaves node-a while the agent runs: the label follows
+            keeping = asyncio.create_task(
+                node_ready.keep_marked(api, "node-a", SYSTEM, selector, every_s=0.2)
+            )
+            try:
+                nodes.delete(f"{path}/snap-signer-0", params={"gracePeriodSeconds": 0})
+
+                def labelled() -> bool:
+                    got = nodes.get("/api/v1/nodes/node-a").json()["metadata"]["labels"]
+                    return got.get(READY) == "true"
+
+                await asyncio.to_thread(wait_until, labelled, what="node-a ready again")
+            finally:
+                keeping.cancel()
     finally:
         nodes.delete(f"{path}/snap-signer-0", params={"gracePeriodSeconds": 0})
+        nodes.delete(f"{tenant}/wears-the-labels", params={"gracePeriodSeconds": 0})
 
 
 @pytest.mark.root
