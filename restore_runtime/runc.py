@@ -24,6 +24,21 @@ log = logging.getLogger(__name__)
 CRIU_CONFIG_ANNOTATION = "org.criu.config"
 
 
+def systemd_cgroup(spec: dict) -> bool:
+    """Whether a container's cgroup is the systemd driver's: containerd's CRI writes
+    ``linux.cgroupsPath`` as ``slice:prefix:name`` when the kubelet's cgroup parent is a
+    systemd slice, and as a path otherwise, whatever the runtime's options say. containerd
+    hands a runtime of ours no runc options (``SystemdCgroup``), so the form is what tells,
+    as it tells runc itself (``--systemd-cgroup`` refuses any other)."""
+    path = (spec.get("linux") or {}).get("cgroupsPath") or ""
+    parts = path.split(":")
+    return len(parts) == 3 and not path.startswith("/") and not any("/" in p for p in parts)
+
+
+def _bundle_spec(bundle: Path) -> dict:
+    return json.loads((bundle / "config.json").read_text())
+
+
 class RuncError(Exception):
     def __init__(self, args: list[str], returncode: int, message: str) -> None:
         self.returncode = returncode
@@ -79,9 +94,14 @@ class Runc:
     runner: CommandRunner = field(default_factory=SubprocessRunner)
     _criu_version: asyncio.Future[str] | None = field(default=None, init=False, repr=False)
     _skips_in_flight: bool | None = field(default=None, init=False, repr=False)
+    #: the containers under the systemd cgroup driver: runc gets ``--systemd-cgroup`` on
+    #: every call for them, as containerd's runc shim passes it with ``SystemdCgroup``
+    _systemd: set[str] = field(default_factory=set, init=False, repr=False)
 
     def _base(self, id_: str) -> list[str]:
         args = [self.binary, "--root", str(self.root)]
+        if id_ in self._systemd:
+            args.append("--systemd-cgroup")
         if self.log_dir is not None:
             args += ["--log", str(self.log_dir / f"runc-{id_}.log"), "--log-format", "json"]
         return args
@@ -127,6 +147,7 @@ class Runc:
     async def create(
         self, id_: str, bundle: Path, pidfile: Path, stdio: Stdio, console_socket: str | None
     ) -> None:
+        self._follow_cgroup_driver(id_, _bundle_spec(bundle))
         args = ["create", "--bundle", str(bundle), "--pid-file", str(pidfile)]
         if console_socket:
             args += ["--console-socket", console_socket]
@@ -148,6 +169,13 @@ class Runc:
 
     async def delete(self, id_: str, force: bool = False) -> None:
         await self.run(id_, ["delete", *(["--force"] if force else []), id_])
+        self._systemd.discard(id_)
+
+    def _follow_cgroup_driver(self, id_: str, spec: dict) -> None:
+        if systemd_cgroup(spec):
+            self._systemd.add(id_)
+        else:
+            self._systemd.discard(id_)
 
     async def state(self, id_: str) -> dict:
         return json.loads(await self.run(id_, ["state", id_]))
@@ -236,13 +264,13 @@ class Runc:
     ) -> None:
         """``runc restore --detach``; ``criu_config`` (CRIU options, one per line) reaches
         CRIU through the bundle's ``org.criu.config`` annotation, which runc honours."""
+        spec = _bundle_spec(bundle)
+        self._follow_cgroup_driver(id_, spec)
         if criu_config is not None:
             conf = work_path / "criu-restore.conf"
             conf.write_text(criu_config)
-            spec_path = bundle / "config.json"
-            spec = json.loads(spec_path.read_text())
             spec.setdefault("annotations", {})[CRIU_CONFIG_ANNOTATION] = str(conf)
-            spec_path.write_text(json.dumps(spec))
+            (bundle / "config.json").write_text(json.dumps(spec))
         args = [
             *self._criu(),
             "restore",

@@ -8,7 +8,9 @@ installed with helm, and then the cluster story's core:
 2. a SnapshotJob of the CPU demo -> a Ready PodSnapshot;
 3. a Deployment of two replicas, both restored, each answering on its own pod IP;
 4. a tampered artifact -> a cold start under ``fallback``, with the reason on the pod;
-5. the cluster deleted: no container, Docker network, iptables chain, link or mount more
+5. every container of those pods (pause, restored, cold-started) in its pod's systemd slice,
+   as the kubelet's systemd cgroup driver meant, and the kubelet's pod stats not zero;
+6. the cluster deleted: no container, Docker network, iptables chain, link or mount more
    or fewer on the host than before.
 
 Under ``make kind-smoke`` (SNAPSHOT_WRITE_RESULTS=1) the figures go to
@@ -179,7 +181,38 @@ echo "$f" """).strip()
     figures["fallback_reason"] = cond["message"]
 
 
-def test_5_deleting_the_cluster_leaves_the_host_as_it_was(smoke):
+def test_5_every_snapshot_pod_sits_in_its_own_pod_cgroup(smoke):
+    """The kind node's kubelet uses the systemd cgroup driver: each container of RuntimeClass
+    ``snapshot`` must run in a scope under its pod's slice (not under containerd's own
+    service, where a cgroupfs reading of ``slice:prefix:name`` puts it), so that the pod's
+    accounting, limits and eviction see it."""
+    pods = smoke.pods(REPLICAS) + smoke.pods("app=tampered")
+    assert len(pods) == 3 and all(p["spec"]["runtimeClassName"] == "snapshot" for p in pods)
+    stray = smoke.c.on_node(
+        "find /sys/fs/cgroup/system.slice -name '*:cri-containerd:*' -type d"
+    ).split()
+    assert stray == [], f"containers outside their pod's cgroup: {stray}"
+    summary = json.loads(
+        smoke.kubectl("get", "--raw", f"/api/v1/nodes/{kind.NODE}/proxy/stats/summary")
+    )
+    stats = {s["podRef"]["name"]: s for s in summary["pods"]}
+    placed = {}
+    for p in pods:
+        name, uid = p["metadata"]["name"], p["metadata"]["uid"].replace("-", "_")
+        # each container's scope under the pod's slice, holding its processes
+        scopes = smoke.c.on_node(
+            f"for d in $(find /sys/fs/cgroup/kubepods.slice -type d -name '*pod{uid}.slice'"
+            " -exec find {} -name 'cri-containerd-*.scope' \\;); do"
+            ' grep -q . "$d/cgroup.procs" && echo "$d"; done; true'
+        ).split()
+        assert len(scopes) >= 2, f"{name}: pause and its container in the pod slice: {scopes}"
+        memory = stats[name]["memory"].get("workingSetBytes", 0)
+        assert memory > 0, f"{name}: the kubelet sees no memory for the pod: {stats[name]}"
+        placed[name] = {"scopes": len(scopes), "working_set_bytes": memory}
+    figures["pod_cgroups"] = placed
+
+
+def test_6_deleting_the_cluster_leaves_the_host_as_it_was(smoke):
     kind.delete(smoke.c)
     names = {w: smoke.d.names(w) for w in smoke.names}
     left = {w: sorted(names[w] ^ smoke.names[w]) for w in names}
