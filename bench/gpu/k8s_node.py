@@ -112,7 +112,8 @@ def import_image(c: Cluster, archive: Path, base_name: str | None = None) -> Non
 def worker_image(c: Cluster, work: Path) -> str:
     """busybox, the stand-in (bench/gpu/worker.py) and the engine's workload library it
     imports (restore_runtime and api, for the handshake)."""
-    files = {"opt/worker/bench/gpu/worker.py": HERE / "worker.py"}
+    # the stand-in and the modules it imports from beside it (its sleep modes)
+    files = {f"opt/worker/bench/gpu/{n}": HERE / n for n in ("worker.py", "sleep.py", "sleep_mode.py")}
     for pkg in ("restore_runtime", "api"):
         for f in (ROOT / pkg).rglob("*.py"):
             files[f"opt/worker/{f.relative_to(ROOT)}"] = f

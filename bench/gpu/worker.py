@@ -241,7 +241,7 @@ def main() -> None:
     ap.add_argument("--engines", type=int, default=1, help="engine processes behind a front")
     ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("--pinned-gb", type=float, default=0.0, help="pinned host memory held")
-    ap.add_argument("--sleep", type=sleep_mode.arg, default="",
+    ap.add_argument("--sleep", type=sleep_mode.arg, default=None,
                     help="weights in one virtual-memory range, and where they go asleep "
                          "(bench/gpu/sleep.py); unset: torch's allocator, on the GPU")  # fmt: skip
     args = ap.parse_args()

@@ -106,7 +106,11 @@ def host_libcuda(root: Path) -> Path | None:
     ``root``, so an absolute link target is the host's, not this container's."""
     named = []
     cache = root / "etc/ld.so.cache"
-    if cache.is_file():
+    try:
+        cached = cache.is_file()
+    except OSError:  # unreadable there: the usual directories below
+        cached = False
+    if cached:
         try:
             out = subprocess.run(
                 ["ldconfig", "-p", "-C", str(cache)], capture_output=True, text=True, check=False
