@@ -113,7 +113,9 @@ def worker_image(c: Cluster, work: Path) -> str:
     """busybox, the stand-in (bench/gpu/worker.py) and the engine's workload library it
     imports (restore_runtime and api, for the handshake)."""
     # the stand-in and the modules it imports from beside it (its sleep modes)
-    files = {f"opt/worker/bench/gpu/{n}": HERE / n for n in ("worker.py", "sleep.py", "sleep_mode.py")}
+    files = {
+        f"opt/worker/bench/gpu/{n}": HERE / n for n in ("worker.py", "sleep.py", "sleep_mode.py")
+    }
     for pkg in ("restore_runtime", "api"):
         for f in (ROOT / pkg).rglob("*.py"):
             files[f"opt/worker/{f.relative_to(ROOT)}"] = f
