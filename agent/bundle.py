@@ -25,6 +25,7 @@ driver and are opened from the host at run time."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -243,20 +244,30 @@ def switch_current(host_prefix: Path, name: str) -> None:
     tmp.replace(host_prefix / CURRENT)
 
 
-def in_use(prefixes: tuple[Path, ...], proc: Path = Path("/proc")) -> set[str]:
-    """The versions under any of ``prefixes`` some process runs from: their loader is its
-    executable. A process's executable reads as the path in its own mount namespace (the
-    host's, for a shim; this container's /host/..., for one that sees the host that way).
-    Needs the host's PID namespace (the agent's hostPID)."""
+def in_use(host_prefix: Path, proc: Path = Path("/proc")) -> set[str]:
+    """The versions under ``host_prefix`` some process runs from, by file identity: a
+    version's loader (every process of a bundle starts through it, so it is the process's
+    executable) against the device and inode of each ``/proc/PID/exe``. Not by path: on a
+    host where the prefix lies behind a link (``/opt`` on Fedora CoreOS and RHCOS) the
+    kernel names the resolved path, and a tenant's container may run a file of its own at
+    ``/opt/snapshot/<version>/...`` in its mount namespace. Needs the host's PID namespace
+    (the agent's hostPID)."""
+    loaders: dict[tuple[int, int], str] = {}
+    for vdir in host_prefix.iterdir():
+        if vdir.is_symlink() or not vdir.is_dir():
+            continue
+        for loader in (vdir / "lib").glob("ld-linux*.so*"):
+            with contextlib.suppress(OSError):
+                st = loader.stat()
+                loaders[(st.st_dev, st.st_ino)] = vdir.name
     used = set()
     for exe in proc.glob("[0-9]*/exe"):
         try:
-            target = Path(os.readlink(exe).removesuffix(" (deleted)"))
+            st = exe.stat()  # the executable itself, in whatever mount namespace it runs
         except OSError:
             continue
-        for prefix in prefixes:
-            if target.is_relative_to(prefix) and target != prefix:
-                used.add(target.relative_to(prefix).parts[0])
+        if (name := loaders.get((st.st_dev, st.st_ino))) is not None:
+            used.add(name)
     return used
 
 
@@ -265,10 +276,10 @@ def in_use(prefixes: tuple[Path, ...], proc: Path = Path("/proc")) -> set[str]:
 OURS = re.compile(r"^(\d[\w.+]*-[0-9a-f]{12}|\.staging-\d+|python|site-packages)$")
 
 
-def prune(host_prefix: Path, prefix: Path, keep: str) -> list[str]:
+def prune(host_prefix: Path, keep: str) -> list[str]:
     """Remove what install-node made (``OURS``) that is not ``keep`` and that no process
     runs from; anything else an admin keeps under the prefix stays. Returns what went."""
-    busy = in_use((prefix, host_prefix))
+    busy = in_use(host_prefix)
     gone = []
     for d in host_prefix.iterdir():
         if d.name == keep or d.name in busy or not OURS.match(d.name) or d.is_symlink():

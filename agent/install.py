@@ -165,7 +165,7 @@ def install(
     node = _install_keys(host_prefix, prefix, node, verify_key, sign_key)
     bundle.switch_current(host_prefix, name)
     shim = _write_wrapper(host_root / bin_dir.relative_to("/") / SHIM_NAME, wrapper(prefix, node))
-    if gone := bundle.prune(host_prefix, prefix, keep=name):
+    if gone := bundle.prune(host_prefix, keep=name):
         log.info("removed unused bundles: %s", ", ".join(gone))
     host_config = host_root / config.relative_to("/")
     changed = _register_runtime(host_config)

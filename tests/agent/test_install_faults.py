@@ -171,3 +171,32 @@ def test_a_bad_key_answer_is_refused_and_writes_nothing(
     assert config.read_text() == before and not (host / "opt").exists()
     answer[0] = good
     assert RemoteSigner(url, ca).public_key() == good
+
+
+def test_a_version_in_use_behind_a_linked_prefix_is_kept(tmp_path, no_packages):
+    """Faults round 3, case 1: on hosts where /opt is a link (Fedora CoreOS, RHCOS), the
+    kernel names a running shim's executable by its resolved path; the version it runs is
+    found by file identity and kept by the next upgrade."""
+    import os
+    import subprocess
+
+    from agent import bundle
+    from api.node import NodeConfig
+
+    host, _ = host_with_config(tmp_path)
+    (host / "var/opt").mkdir(parents=True)
+    (host / "opt").symlink_to("var/opt")  # /opt -> /var/opt, as on those hosts
+    node = NodeConfig(signing_required=False)
+    first = inst.install(host, node=node, check_host=False).bundle
+    old = host / first.relative_to("/")
+    sleep = bundle.run_command(old, Path("/bin/sleep"), bundle.loader_name(old))
+    running = subprocess.Popen([*sleep, "600"])
+    try:
+        assert os.readlink(f"/proc/{running.pid}/exe").startswith(str(host / "var/opt"))
+        (tmp_path / "site" / "new.py").write_text("")  # the next image
+        second = inst.install(host, node=node, check_host=False).bundle
+        assert second != first
+        assert old.is_dir(), "the version a running process uses was removed"
+    finally:
+        running.kill()
+        running.wait()
