@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import gc
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -165,3 +166,22 @@ def test_workload_helper_stays_standard_library_only():
         | imports(ROOT / "api" / "handshake.py")
     )
     assert {m.split(".")[0] for m in mods} - set(sys.stdlib_module_names) <= allowed_local
+
+
+def test_workload_helpers_import_in_a_bare_interpreter():
+    """The check above reads direct imports only; an import that pulls in pydantic through
+    another module would pass it and then fail in a bare inference server. So the helpers are
+    imported for real, in an interpreter with no site-packages (``-I -S``), and nothing but
+    the standard library and the project's own modules may be loaded by them."""
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "import restore_runtime.offload, restore_runtime.workload, api.handshake; "
+        "own = {'api', 'restore_runtime', '__main__'}; "
+        "print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] not in sys.stdlib_module_names and m.split('.')[0] not in own))"
+    )
+    p = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]", p.stdout
