@@ -150,6 +150,8 @@ def install(
     onto the node (readable by root only) and the settings name those copies.
     ``check_host``: run the installed interpreter as the host would before registering it
     (``host_problem``); off only where the host root is not a whole system (tests)."""
+    if why := prereqs.foreign_runtime(host_root):
+        raise SnapshotError(why)
     node = node or NodeConfig()
     host_prefix = host_root / prefix.relative_to("/")
     python = f"python{sys.version_info.major}.{sys.version_info.minor}"

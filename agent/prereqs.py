@@ -21,6 +21,25 @@ MIN_CONTAINERD = (1, 7)
 CONTAINERD_DIRS = ("usr/local/bin", "usr/bin", "bin")
 
 
+#: what says CRI-O runs a node (under the host's root: ``var/run`` is a link to ``/run``,
+#: which would resolve in this container)
+CRIO_SIGNS = ("run/crio/crio.sock", "usr/bin/crio", "usr/local/bin/crio")
+
+
+def foreign_runtime(host_root: Path) -> str | None:
+    """Why the node's container runtime is not one the shim registers with: CRI-O (OpenShift)
+    without containerd. Checked before anything is written, so such a node gets no
+    ``/etc/containerd`` and no bundle, and the reason names the runtime."""
+    if any((host_root / d / "containerd").is_file() for d in CONTAINERD_DIRS):
+        return None
+    if any((host_root / sign).exists() for sign in CRIO_SIGNS):
+        return (
+            "CRI-O runs this node, and Snapshot registers its runtime with containerd only: "
+            "nothing was installed (docs/gpu-nodes.md, 'GPU Operator setups, and what was checked of each')"
+        )
+    return None
+
+
 def problems(host_root: Path, vdir: Path, cgroup_root: Path = Path("/sys/fs/cgroup")) -> list[str]:
     """What this host lacks (empty: nothing). ``vdir``: the bundle, as the host sees it."""
     found = [kernel(host_root, vdir), cgroups(cgroup_root), containerd(host_root)]

@@ -24,6 +24,7 @@ from api import handshake
 from api.signer import KEY_PATH
 from kubeclient import certs
 from restore_runtime.artifact import signing
+from restore_runtime.errors import SnapshotError
 from tests.agent.test_install import host_with_config
 
 
@@ -200,3 +201,21 @@ def test_a_version_in_use_behind_a_linked_prefix_is_kept(tmp_path, no_packages):
     finally:
         running.kill()
         running.wait()
+
+
+def test_a_cri_o_node_is_refused_and_nothing_is_written(tmp_path, no_packages):
+    """CRI-O (OpenShift) without containerd: install-node stops before writing anything, with
+    a reason that names CRI-O (the init container fails with it; the agent's node Event
+    carries it), instead of creating /etc/containerd for a containerd that does not exist."""
+    host = tmp_path / "host"
+    (host / "run/crio").mkdir(parents=True)
+    (host / "run/crio/crio.sock").touch()
+    (host / "usr/bin").mkdir(parents=True)
+    (host / "usr/bin/crio").touch()
+    with pytest.raises(SnapshotError, match="CRI-O runs this node"):
+        inst.install(host, check_host=False)
+    assert cli.main(install_args(host, "--no-signing-required")) != 0
+    assert sorted(p.name for p in host.iterdir()) == ["run", "usr"], "something was written"
+    # with containerd beside it, CRI-O's leftovers do not stop the install
+    (host / "usr/bin/containerd").touch()
+    assert cli.main(install_args(host, "--no-signing-required")) == 0
