@@ -35,7 +35,7 @@ def foreign_runtime(host_root: Path) -> str | None:
     if any((host_root / sign).exists() for sign in CRIO_SIGNS):
         return (
             "CRI-O runs this node, and Snapshot registers its runtime with containerd only: "
-            "nothing was installed (docs/gpu-nodes.md, 'GPU Operator setups, and what was checked of each')"
+            "nothing was installed (docs/gpu-nodes.md, the GPU Operator setups)"
         )
     return None
 
