@@ -9,7 +9,6 @@ exactly what this webhook would set."""
 from __future__ import annotations
 
 import copy
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,12 +16,9 @@ import jsonpatch
 
 from api import annotations as ann
 from api.crd import PodSnapshot
+from api.node_labels import ARCH_LABEL, DRIVER_VERSION_LABEL, GPU_PRODUCT_LABEL, label_value
 from api.podspec import add_control_dir
 
-# GPU feature discovery's node labels.
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-DRIVER_VERSION_LABEL = "nvidia.com/cuda.driver-version.full"
-ARCH_LABEL = "kubernetes.io/arch"
 DEFAULT_RUNTIME_CLASS = "snapshot"
 
 _KUBE_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64le", "s390x": "s390x"}
@@ -192,11 +188,6 @@ def node_requirements(snap: PodSnapshot) -> dict[str, str]:
         if src.driver_version:
             req[DRIVER_VERSION_LABEL] = label_value(src.driver_version)
     return req
-
-
-def label_value(text: str) -> str:
-    """GPU feature discovery's spelling of a value: "NVIDIA H200" -> "NVIDIA-H200"."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", text.strip())[:63].strip("-_.")
 
 
 def _require_node_labels(spec: dict[str, Any], labels: dict[str, str]) -> None:

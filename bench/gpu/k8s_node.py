@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
+from api.node_labels import DRIVER_VERSION_LABEL, GPU_PRODUCT_LABEL, label_value  # noqa: E402
 from devnode import mount_points, stop_process, wait_until  # noqa: E402
 from devnode.cluster import NODE, NODE_LABELS, Cluster  # noqa: E402
 from devnode.images import busybox_layer, file_layer, write_archive  # noqa: E402
@@ -41,13 +42,26 @@ GPU = "nvidia.com/gpu"
 
 def gpu_labels() -> dict[str, str]:
     """What GPU feature discovery would put on this node (by hand: it does not run here)."""
-    name = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.splitlines()[0]
-    return {**NODE_LABELS, "nvidia.com/gpu.product": name.strip().replace(" ", "-")}
+    name, driver = (f.strip() for f in out.split(",", 1))
+    return labels_for(name, driver)
+
+
+def labels_for(product: str, driver: str) -> dict[str, str]:
+    """GPU feature discovery's labels for a GPU ``product`` and driver version, as the
+    webhook's node affinity asks for them (webhook/mutate.py: node_requirements): without the
+    driver's label a restore pod stays Pending (the first GPU run through the kubelet, whose
+    node had only the product's)."""
+    return {
+        **NODE_LABELS,
+        GPU_PRODUCT_LABEL: label_value(product),
+        DRIVER_VERSION_LABEL: label_value(driver),
+    }
 
 
 def generate_cdi(log: Path) -> Path:

@@ -113,11 +113,17 @@ class Story:
         return json.loads(p.stdout) if p.returncode == 0 else None
 
     def stuck(self, app: str) -> None:
-        """A pod of ``app`` that cannot start (its container refused, or exited) ends the
-        wait at once, instead of at the SnapshotJob's deadline."""
+        """A pod of ``app`` that cannot start (unschedulable, its container refused, or
+        exited) ends the wait at once, instead of at the SnapshotJob's deadline."""
         for p in self.pods(app):
             if p["metadata"].get("deletionTimestamp"):  # the controller's, after the capture
                 continue
+            for cond in p["status"].get("conditions") or []:
+                if cond["type"] == "PodScheduled" and cond.get("reason") == "Unschedulable":
+                    raise RuntimeError(
+                        f"pod {p['metadata']['name']}: Unschedulable: {cond.get('message')}\n"
+                        f"{self.diagnose()}"
+                    )
             for st in p["status"].get("containerStatuses") or []:
                 waiting = st["state"].get("waiting") or {}
                 if waiting.get("reason") in STUCK or st["state"].get("terminated"):

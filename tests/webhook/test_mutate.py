@@ -10,17 +10,9 @@ import pytest
 
 from api import annotations as ann
 from api.crd import PodSnapshot
+from api.node_labels import ARCH_LABEL, DRIVER_VERSION_LABEL, GPU_PRODUCT_LABEL, label_value
 from api.podspec import CONTROL_VOLUME
-from webhook.mutate import (
-    ARCH_LABEL,
-    DRIVER_VERSION_LABEL,
-    GPU_PRODUCT_LABEL,
-    Found,
-    NotFound,
-    Unavailable,
-    decide,
-    label_value,
-)
+from webhook.mutate import Found, NotFound, Unavailable, decide, node_requirements
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -338,3 +330,26 @@ def test_an_unexpected_error_never_admits_webhook_only_annotations():
     assert not forged.allowed and ann.ARTIFACT in forged.message
     plain = _on_error(request({ann.RESTORE_FROM: "snap"}), RuntimeError("boom"))
     assert plain.allowed and "starting without restore" in plain.warnings[0]
+
+
+def test_the_gpu_storys_hand_made_node_labels_meet_the_webhooks_requirements(monkeypatch):
+    """The GPU story's node has no GPU feature discovery: its labels are made by hand
+    (bench/gpu/k8s_node.py). The first GPU run through the kubelet labelled the product only,
+    and its restore pod stayed Pending for want of the driver's label. The labels made for
+    the source's GPU and driver must hold every label the webhook asks the node for."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "gpu" / "k8s_node.py"
+    spec = importlib.util.spec_from_file_location("k8s_node", path)
+    k8s_node = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "k8s_node", k8s_node)  # its dataclasses look it up
+    spec.loader.exec_module(k8s_node)
+    snap = snapshot()
+    labels = k8s_node.labels_for("NVIDIA H200", "570.133.20")
+    wanted = node_requirements(snap)
+    assert wanted.pop(ARCH_LABEL) == "amd64"  # the kubelet's own label, not GFD's
+    assert wanted.keys() >= {GPU_PRODUCT_LABEL, DRIVER_VERSION_LABEL}
+    missing = {k: v for k, v in wanted.items() if labels.get(k) != v}
+    assert missing == {}, f"the hand-made labels lack {missing}"
