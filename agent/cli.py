@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -317,7 +318,12 @@ def _install_node(args: argparse.Namespace) -> int:
     # fails and runs again), or an install killed after the config, is retried
     pending = restart_marker(res.config)
     if pending.exists() and args.restart_command:
-        _restart(args.restart_command)
+        try:
+            _restart(args.restart_command)
+        except SnapshotError as e:
+            if res.config_changed:
+                raise _put_back(res.config, pending, args.restart_command, e) from e
+            raise
         pending.unlink()
     elif pending.exists():
         print("restart containerd to load the snapshot runtime")
@@ -350,6 +356,24 @@ def cmd_uninstall_node(args: argparse.Namespace) -> int:
     elif res.config_changed:
         print("restart containerd to unload the snapshot runtime")
     return 0
+
+
+def _put_back(config: Path, pending: Path, command: str, why: SnapshotError) -> SnapshotError:
+    """containerd did not come up with the config this run wrote: the one before it is put
+    back and containerd restarted with it, so the node keeps the runtimes it had (the next
+    run registers ours again). The error to fail the install with."""
+    backup = config.with_name(config.name + ".pre-snapshot")
+    if not backup.exists():
+        return why
+    shutil.copy2(backup, config)
+    pending.unlink(missing_ok=True)
+    try:
+        _restart(command)
+    except SnapshotError as again:
+        return SnapshotError(f"{why}; the config before install-node was put back, and "
+                             f"containerd did not restart with it either: {again}")  # fmt: skip
+    return SnapshotError(f"{why}; the config before install-node was put back and "
+                         "containerd restarted with it")  # fmt: skip
 
 
 def _restart(command: str) -> None:

@@ -90,7 +90,21 @@ def with_runtime(config_text: str, handler: str = runtime.HANDLER) -> str | None
         raise SnapshotError("containerd config version 1 is not supported: migrate it to v2")
     if registered(config, handler):
         return None
-    return config_text.rstrip("\n") + "\n" + runtime_table(version, handler)
+    new = config_text.rstrip("\n") + "\n" + runtime_table(version, handler)
+    # parsed before it is written, by TOML's rules as containerd's loader applies them: a
+    # table appended under runtimes written inline (`runtimes = { runc = {...} }`) loads in
+    # no containerd, which would then not start
+    try:
+        appended = tomllib.loads(new)
+    except tomllib.TOMLDecodeError as e:
+        raise SnapshotError(
+            f"containerd's config cannot take the {handler!r} runtime as a table of its own "
+            f"({e}); are its runtimes an inline table? Write them as tables: nothing was "
+            "changed"
+        ) from e
+    if not registered(appended, handler):  # pragma: no cover - a table path of ours is wrong
+        raise SnapshotError(f"the {handler!r} runtime did not land in containerd's config")
+    return new
 
 
 def wrapper(prefix: Path, node: NodeConfig) -> str:

@@ -219,3 +219,85 @@ def test_a_cri_o_node_is_refused_and_nothing_is_written(tmp_path, no_packages):
     # with containerd beside it, CRI-O's leftovers do not stop the install
     (host / "usr/bin/containerd").touch()
     assert cli.main(install_args(host, "--no-signing-required")) == 0
+
+
+INLINE = {
+    2: """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "runc"
+  runtimes = { runc = { runtime_type = "io.containerd.runc.v2" } }
+""",
+    3: """version = 3
+[plugins."io.containerd.cri.v1.runtime".containerd]
+  default_runtime_name = "runc"
+  runtimes = { runc = { runtime_type = "io.containerd.runc.v2" } }
+""",
+}
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_config_with_inline_runtimes_is_refused_unchanged(tmp_path, no_packages, version):
+    """Faults round 3, case 2: runtimes written as an inline table load in containerd 1.7
+    and 2.x, but a table appended under them loads in neither; the installer parses what
+    it would write and refuses, leaving the config as it was."""
+    host, config = host_with_config(tmp_path)
+    config.write_text(INLINE[version])
+    with pytest.raises(SnapshotError, match="inline table"):
+        inst.with_runtime(INLINE[version])
+    assert cli.main(install_args(host, "--no-signing-required", "--restart-command=true")) != 0
+    assert config.read_text() == INLINE[version]
+    assert not inst.restart_marker(config).exists()
+
+
+def containerd_binaries() -> list[pytest.param]:
+    import shutil
+
+    from devnode.containerd import CONTAINERD2
+
+    found = [("1.7", shutil.which("containerd"), 2), ("2.x", CONTAINERD2 / "usr/bin/containerd", 3)]
+    return [
+        pytest.param(
+            binary,
+            version,
+            id=line,
+            marks=pytest.mark.skipif(
+                not binary or not Path(binary).exists(), reason=f"no containerd {line} here"
+            ),
+        )
+        for line, binary, version in found
+    ]
+
+
+@pytest.mark.parametrize(("binary", "version"), containerd_binaries())
+def test_containerd_loads_inline_runtimes_and_refuses_a_table_appended_under_them(
+    tmp_path, binary, version
+):
+    """What the refusal above rests on, asked of containerd itself (``config dump``): the
+    inline config loads, the naive append does not."""
+    import subprocess
+
+    def loads(text: str) -> bool:
+        path = tmp_path / "config.toml"
+        path.write_text(text)
+        p = subprocess.run([str(binary), "--config", str(path), "config", "dump"],
+                           capture_output=True, timeout=60)  # fmt: skip
+        return p.returncode == 0
+
+    assert loads(INLINE[version])
+    assert not loads(INLINE[version] + inst.runtime_table(version))
+
+
+def test_a_config_containerd_does_not_come_up_with_is_put_back(tmp_path, no_packages):
+    """Faults round 3, case 2's other half: when containerd's restart fails with the config
+    this run wrote, the config from before is put back and containerd restarted with it,
+    so the node keeps the runtimes it had; the install still fails, saying so."""
+    host, config = host_with_config(tmp_path)
+    before = config.read_text()
+    restarts = tmp_path / "restarts"
+    # a containerd that refuses any config naming our runtime, and starts with any other
+    restart = f"if grep -q snapshot {config}; then exit 1; fi; echo up >> {restarts}"
+    code = cli.main(install_args(host, "--no-signing-required", f"--restart-command={restart}"))
+    assert code != 0
+    assert config.read_text() == before, "the config containerd refused was kept"
+    assert restarts.read_text() == "up\n", "containerd was not restarted with the old config"
+    assert not inst.restart_marker(config).exists()
