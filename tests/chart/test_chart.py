@@ -178,10 +178,13 @@ def test_no_gpu_node_holds_the_signing_key():
     assert "--agent-service-account=snapshot-system:snap-snapshot-agent" in spec["containers"][0][
         "args"]  # fmt: skip
 
-    agent_vap, vap, ctl_vap = sorted(k["ValidatingAdmissionPolicy"],
-                                     key=lambda o: o["metadata"]["name"])  # fmt: skip
-    assert agent_vap["metadata"]["name"].endswith("-agent-node"), "the agent stays on its node"
-    assert ctl_vap["metadata"]["name"].endswith("-controller-writes"), "and the controller"
+    policies = {o["metadata"]["name"].removeprefix("snap-snapshot-"): o
+                for o in k["ValidatingAdmissionPolicy"]}  # fmt: skip
+    # the agent stays on its node, the controller, the webhook and the uninstall hook to
+    # their jobs
+    assert sorted(policies) == ["agent-node", "annotations", "controller-writes",
+                                "unlabel-writes", "webhook-writes"]  # fmt: skip
+    vap = policies["annotations"]
     binding = next(b for b in k["ValidatingAdmissionPolicyBinding"]
                    if b["spec"]["policyName"] == vap["metadata"]["name"])  # fmt: skip
     assert vap["spec"]["failurePolicy"] == "Fail"
