@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -23,6 +24,7 @@ from api.handshake import atomic_write
 log = logging.getLogger("snapshot.webhook")
 VALIDITY = dt.timedelta(days=365)
 RENEW_BEFORE = dt.timedelta(days=30)
+_SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 @dataclass(frozen=True)
@@ -177,9 +179,14 @@ def usable(data: dict[str, bytes], names: list[str]) -> bool:
     """Whether a CA and certificate (``make``'s keys) can still serve ``names``."""
     try:
         cert = x509.load_pem_x509_certificate(data["tls.crt"])
-        x509.load_pem_x509_certificate(data["ca.crt"])
-        serialization.load_pem_private_key(data["tls.key"], password=None)
-    except (KeyError, ValueError):
+        ca = x509.load_pem_x509_certificate(data["ca.crt"])
+        key = serialization.load_pem_private_key(data["tls.key"], password=None)
+        # a Secret another holder of create rights made first must hold a certificate that
+        # its CA signed (what clients are told to trust) and that its key serves
+        cert.verify_directly_issued_by(ca)
+    except (KeyError, ValueError, TypeError, InvalidSignature):
+        return False
+    if key.public_key().public_bytes(*_SPKI) != cert.public_key().public_bytes(*_SPKI):
         return False
     if cert.not_valid_after_utc - dt.datetime.now(dt.UTC) < RENEW_BEFORE:
         return False

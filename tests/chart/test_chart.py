@@ -183,7 +183,8 @@ def test_no_gpu_node_holds_the_signing_key():
     # the agent stays on its node, the controller, the webhook and the uninstall hook to
     # their jobs
     assert sorted(policies) == ["agent-node", "annotations", "controller-writes",
-                                "unlabel-writes", "webhook-writes"]  # fmt: skip
+                                "signer-creates", "unlabel-writes", "webhook-creates",
+                                "webhook-writes"]  # fmt: skip
     vap = policies["annotations"]
     binding = next(b for b in k["ValidatingAdmissionPolicyBinding"]
                    if b["spec"]["policyName"] == vap["metadata"]["name"])  # fmt: skip

@@ -55,3 +55,20 @@ def test_a_certificate_without_key_identifiers_is_renewed(tmp_path, monkeypatch)
         _handshake(server, client, "a.svc")
     monkeypatch.setattr(certs, "_builder", real)
     assert certs.ensure(tmp_path, ["a.svc"]).cert.read_bytes() != before
+
+
+@pytest.mark.parametrize("mix", ["another-ca", "another-key", "both-swapped"])
+def test_a_secret_whose_certificate_does_not_chain_or_match_its_key_is_not_used(mix):
+    """Isolation round 4 (read): a holder of ``create`` on Secrets in the release namespace
+    (the webhook's token, the signer's) could make the other component's TLS Secret first,
+    with a certificate its CA did not sign or a key that is not the certificate's; such a
+    Secret is not usable, so it is replaced, not served."""
+    names = ["snapshot-signer.ns.svc"]
+    good, other = certs.make(names), certs.make(names)
+    assert certs.usable(good, names)
+    bad = {
+        "another-ca": {**good, "ca.crt": other["ca.crt"]},
+        "another-key": {**good, "tls.key": other["tls.key"]},
+        "both-swapped": {**good, "tls.crt": other["tls.crt"], "tls.key": good["tls.key"]},
+    }[mix]
+    assert not certs.usable(bad, names)

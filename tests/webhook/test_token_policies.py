@@ -5,6 +5,9 @@ chart's own RBAC and policies.
 - The webhook's token has ``get, patch`` on its own MutatingWebhookConfiguration, for the
   caBundle: it may change the caBundle and nothing else (not add a rule for Secrets, not drop
   the namespace selector or the match conditions, not relabel it).
+- The webhook's token (and the signer's) may create Secrets in the release namespace (RBAC
+  cannot name what is created): it may create only its own, not the signer's certificate or
+  signing key first.
 - The uninstall hook's token has ``list, patch`` on nodes, to remove the ready label: it may
   remove that label and nothing else (no taint, no other label, never set ready=true)."""
 
@@ -49,13 +52,18 @@ def clients(control_plane):
     config = copy.deepcopy(objs[("MutatingWebhookConfiguration", WEBHOOK)])
     # never called by other tests' pods in this API server: an object selector nothing has
     config["webhooks"][0]["objectSelector"] = {"matchLabels": {"never": "matched"}}
+    policies = ("snap-snapshot-webhook-writes", "snap-snapshot-unlabel-writes",
+                "snap-snapshot-webhook-creates")  # fmt: skip
     created = [
         (f"{ADMISSION}/validatingadmissionpolicies", objs[("ValidatingAdmissionPolicy", p)])
-        for p in ("snap-snapshot-webhook-writes", "snap-snapshot-unlabel-writes")
+        for p in policies
     ] + [
         (f"{ADMISSION}/validatingadmissionpolicybindings",
          objs[("ValidatingAdmissionPolicyBinding", p)])
-        for p in ("snap-snapshot-webhook-writes", "snap-snapshot-unlabel-writes")
+        for p in policies
+    ] + [
+        (f"/apis/rbac.authorization.k8s.io/v1/namespaces/{SYSTEM}/{kind.lower()}s",
+         objs[(kind, "snap-snapshot-webhook-keeps")]) for kind in ("Role", "RoleBinding")
     ] + [
         (f"{RBAC}/{kind.lower()}s", objs[(kind, name)])
         for name in (WEBHOOK, HOOK) for kind in ("ClusterRole", "ClusterRoleBinding")
@@ -83,6 +91,9 @@ def clients(control_plane):
             admin.delete(f"{path}/{obj['metadata']['name']}")
         for node in ("node-x", "node-y"):
             admin.delete(f"/api/v1/nodes/{node}")
+        # the chart test dry-runs the same names in this API server
+        for account in (WEBHOOK, HOOK):
+            admin.delete(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{account}")
 
 
 def add_secrets_rule(client):
@@ -165,3 +176,15 @@ def test_the_uninstall_hook_may_change_nothing_else_of_a_node(clients, change):
     r = taint(hook, "node-y") if change == "taint" else label(hook, "node-y", change)
     assert r.status_code == 403, r.text
     assert "may only remove the label" in r.text
+
+
+def test_the_webhook_may_create_only_its_own_secret(clients):
+    admin, webhook, _ = clients
+    secrets = f"/api/v1/namespaces/{SYSTEM}/secrets"
+    for name in ("snap-snapshot-signer-tls", "snap-snapshot-signing"):
+        r = webhook.post(secrets, json={"metadata": {"name": name}, "data": {}})
+        assert r.status_code == 403, r.text
+        assert "may create only its own secrets" in r.text
+    r = webhook.post(secrets, json={"metadata": {"name": "snap-snapshot-webhook-tls"}})
+    assert r.status_code == 201, r.text
+    admin.delete(f"{secrets}/snap-snapshot-webhook-tls")
