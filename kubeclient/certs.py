@@ -9,9 +9,10 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import logging
-import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -65,20 +66,60 @@ def ensure(directory: Path, names: list[str]) -> ServingCert:
     return out
 
 
-async def from_secret(api, namespace: str, secret: str, names: list[str]) -> ServingCert:
-    """The CA and serving certificate kept in Secret ``namespace/secret`` (made there once by
-    whichever replica starts first, renewed as ``ensure`` would), as files in a directory of
-    this process's own for the TLS server."""
-    import tempfile
+@dataclass
+class FollowedCert:
+    """A serving certificate kept in a Secret, which the running server follows: every
+    ``refresh`` reads the Secret again (renewing it when due, as the first replica to see it
+    due does), so every replica serves what the Secret holds and publishes the same CAs, and
+    none writes back an older one. The files are this process's own."""
 
+    api: Any
+    namespace: str
+    secret: str
+    names: list[str]
+    files: ServingCert
+    data: dict[str, bytes]
+
+    cert = property(lambda self: self.files.cert)
+    key = property(lambda self: self.files.key)
+    #: the CAs clients are to trust: the Secret's, and the one it replaced (``ca_bundle``)
+    ca_pem = property(lambda self: self.files.ca_pem)
+
+    async def refresh(self) -> bool:
+        """The Secret read again; True when its certificate changed (the files too)."""
+        data = await _current(self.api, self.namespace, self.secret, self.names)
+        if data == self.data:
+            return False
+        _write(self.files.ca.parent, data)
+        self.data = data
+        log.info("Secret %s/%s holds a new certificate: serving it", self.namespace, self.secret)
+        return True
+
+
+async def _current(api, namespace: str, secret: str, names: list[str]) -> dict[str, bytes]:
     from .owned import ensure_secret
 
-    data = await ensure_secret(
-        api, namespace, secret, lambda: make(names), lambda d: usable(d, names)
+    return await ensure_secret(
+        api,
+        namespace,
+        secret,
+        lambda: make(names),
+        lambda d: usable(d, names),
+        renew=lambda old: renewed(old, names),
     )
+
+
+async def from_secret(api, namespace: str, secret: str, names: list[str]) -> FollowedCert:
+    """The CA and serving certificate kept in Secret ``namespace/secret`` (made there once by
+    whichever replica starts first, renewed as ``ensure`` would), as files in a directory of
+    this process's own for the TLS server, followed from then on (``FollowedCert``)."""
+    import tempfile
+
+    data = await _current(api, namespace, secret, names)
     directory = Path(tempfile.mkdtemp(prefix="snapshot-tls-"))
     _write(directory, data)
-    return ServingCert(*(directory / f for f in FILES))
+    files = ServingCert(*(directory / f for f in FILES))
+    return FollowedCert(api, namespace, secret, names, files, data)
 
 
 async def made_for(
@@ -100,10 +141,30 @@ async def made_for(
 
 
 def _write(directory: Path, data: dict[str, bytes]) -> None:
-    atomic_write(directory / "tls.key", data["tls.key"])
-    os.chmod(directory / "tls.key", 0o600)
+    atomic_write(directory / "tls.key", data["tls.key"], mode=0o600)
     atomic_write(directory / "tls.crt", data["tls.crt"])
-    atomic_write(directory / "ca.crt", data["ca.crt"])
+    atomic_write(directory / "ca.crt", ca_bundle(data))
+
+
+#: beside a renewed CA in its Secret, the CA it replaced
+PREVIOUS_CA = "ca-previous.crt"
+
+
+def ca_bundle(data: dict[str, bytes]) -> bytes:
+    """The CAs a client is to trust: the current one, and the one it replaced, so that a
+    replica still serving the certificate before a renewal is trusted until it follows."""
+    return b"".join(c if c.endswith(b"\n") else c + b"\n"
+                    for c in (data["ca.crt"], data.get(PREVIOUS_CA, b"")) if c)  # fmt: skip
+
+
+def renewed(old: dict[str, bytes], names: list[str]) -> dict[str, bytes]:
+    """A new CA and certificate for ``names``, the CA they replace kept beside them."""
+    new = make(names)
+    try:
+        x509.load_pem_x509_certificate(old["ca.crt"])
+    except (KeyError, ValueError):
+        return new
+    return {**new, PREVIOUS_CA: old["ca.crt"]}
 
 
 def make(names: list[str]) -> dict[str, bytes]:
@@ -201,8 +262,27 @@ def usable(data: dict[str, bytes], names: list[str]) -> bool:
     return set(names) <= have
 
 
-async def serve_tls(app, host: str, port: int, cert: Path, key: Path, log_level: str) -> None:
-    """Serve an ASGI app (the webhook's, the signer's) over TLS until stopped."""
+#: how often a running server follows its Secret, and republishes its CAs (a caBundle that
+#: a GitOps sync blanked is written again within it)
+FOLLOW_S = 30.0
+
+
+async def serve_tls(
+    app,
+    host: str,
+    port: int,
+    cert: Path,
+    key: Path,
+    log_level: str,
+    follow: Callable[[], Awaitable[bool]] | None = None,
+    every_s: float = FOLLOW_S,
+) -> None:
+    """Serve an ASGI app (the webhook's, the signer's) over TLS until stopped. ``follow``,
+    when given, runs now and every ``every_s``: it reads the certificate's Secret again and
+    publishes the CAs; when it says the certificate changed, new connections are served
+    with the new files (the listening socket's context reloaded; no restart, no race)."""
+    import asyncio
+
     import uvicorn
 
     config = uvicorn.Config(
@@ -214,7 +294,25 @@ async def serve_tls(app, host: str, port: int, cert: Path, key: Path, log_level:
         log_level=log_level,
         access_log=False,
     )
-    await uvicorn.Server(config).serve()
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(_follow(config, cert, key, follow, every_s)) if follow else None
+    try:
+        await server.serve()
+    finally:
+        if task is not None:
+            task.cancel()
+
+
+async def _follow(config, cert: Path, key: Path, follow, every_s: float) -> None:
+    import asyncio
+
+    while True:
+        try:
+            if await follow() and config.ssl is not None:
+                config.ssl.load_cert_chain(str(cert), str(key))
+        except Exception as e:  # the API server away: serve what we have, ask again
+            log.warning("cannot follow the serving certificate: %s", str(e).splitlines()[0])
+        await asyncio.sleep(every_s)
 
 
 def run_server(serve, args) -> int:

@@ -35,11 +35,14 @@ async def ensure_secret(
     make: Callable[[], Data],
     usable: Callable[[Data], bool] = lambda _: True,
     deadline_s: float = DEADLINE_S,
+    renew: Callable[[Data], Data] | None = None,
 ) -> Data:
     """The data of Secret ``namespace/name``: as it is when ``usable``; else made by ``make``
-    and written (created, or replaced when unusable). TimeoutError past ``deadline_s``."""
+    (by ``renew`` from the unusable data, when given) and written (created, or replaced when
+    unusable). TimeoutError past ``deadline_s``."""
     async with asyncio.timeout(deadline_s):
-        return await _ensure_secret(client.CoreV1Api(api), namespace, name, make, usable)
+        core = client.CoreV1Api(api)
+        return await _ensure_secret(core, namespace, name, make, usable, renew)
 
 
 async def _ensure_secret(
@@ -48,14 +51,16 @@ async def _ensure_secret(
     name: str,
     make: Callable[[], Data],
     usable: Callable[[Data], bool],
+    renew: Callable[[Data], Data] | None,
 ) -> Data:
     for _ in range(ATTEMPTS):
         secret = await unless_absent(core.read_namespaced_secret(name, namespace))
+        data = None
         if secret is not None:
             data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
             if usable(data):
                 return data
-        new = make()
+        new = renew(data) if renew is not None and data is not None else make()
         body = client.V1Secret(
             metadata=client.V1ObjectMeta(
                 name=name,

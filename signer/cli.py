@@ -118,25 +118,33 @@ async def load_key(api, args: argparse.Namespace) -> tuple[Ed25519PrivateKey, by
     return key, retired
 
 
-async def serving_cert(api, args: argparse.Namespace) -> tuple[Path, Path]:
-    """The certificate and key files to serve with; the CA published when asked."""
+async def serving_cert(api, args: argparse.Namespace):
+    """The certificate and key files to serve with, and how to follow them: the Secret
+    read again and the CAs published to the agents (their ConfigMap holds the current CA
+    and the one it replaced, so an agent trusts a replica that has not followed yet)."""
     tls = await certs.made_for(
         api, args.namespace, args.service, args.extra_san, args.tls_secret, args.self_signed
     )
     if tls is None:
-        return args.tls_cert, args.tls_key
-    if args.ca_configmap:
-        await owned.publish_configmap(
-            api, args.namespace, args.ca_configmap, {"ca.crt": tls.ca_pem.decode()}
-        )
-    return tls.cert, tls.key
+        return args.tls_cert, args.tls_key, None
+
+    async def follow() -> bool:
+        changed = isinstance(tls, certs.FollowedCert) and await tls.refresh()
+        if args.ca_configmap:
+            await owned.publish_configmap(
+                api, args.namespace, args.ca_configmap, {"ca.crt": tls.ca_pem.decode()}
+            )
+        return changed
+
+    await follow()  # the agents' CA before the first request can come
+    return tls.cert, tls.key, follow
 
 
 async def serve(args: argparse.Namespace) -> None:
     api = await kube.api_client(args.kubeconfig)
     async with api:
         key, retired = await load_key(api, args)
-        cert, tls_key = await serving_cert(api, args)
+        cert, tls_key, follow = await serving_cert(api, args)
         snapshots = kube.pod_snapshots(api)
         agent = f"system:serviceaccount:{args.agent_service_account}"
         app = create_app(
@@ -149,7 +157,7 @@ async def serve(args: argparse.Namespace) -> None:
             retired,
         )
         log.info("signing for %s (audience %s)", args.agent_service_account, args.audience)
-        await certs.serve_tls(app, args.host, args.port, cert, tls_key, args.log_level)
+        await certs.serve_tls(app, args.host, args.port, cert, tls_key, args.log_level, follow)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,9 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--ca-bundle-recheck",
         type=float,
-        default=CA_BUNDLE_RECHECK_S,
+        default=certs.FOLLOW_S,
         metavar="S",
-        help="seconds between checks that the caBundle is still ours",
+        help="seconds between reads of the certificate's Secret and checks of the caBundle",
     )
     p.add_argument("--kubeconfig", help="default: $KUBECONFIG, then in-cluster config")
     p.add_argument(
@@ -84,10 +84,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.patch_ca_bundle and not made(args):
         p.error("--patch-ca-bundle needs --self-signed or --tls-secret")
     return args
-
-
-#: how soon a caBundle blanked by someone else (a GitOps sync) is written again
-CA_BUNDLE_RECHECK_S = 30.0
 
 
 async def patch_ca_bundle(api, name: str, ca_pem: bytes) -> bool:
@@ -115,17 +111,6 @@ async def _patch(admission, name: str, ca_pem: bytes) -> bool:
     return True
 
 
-async def keep_ca_bundle(api, name: str, ca_pem: bytes, every_s: float) -> None:
-    """Check now, then every ``every_s``; a configuration not there yet (helm applies it
-    beside this Deployment, in no set order) or an API server away is tried again later."""
-    while True:
-        try:
-            await patch_ca_bundle(api, name, ca_pem)
-        except Exception as e:
-            log.warning("cannot check the caBundle of %s: %s", name, str(e).splitlines()[0])
-        await asyncio.sleep(every_s)
-
-
 async def serve(args: argparse.Namespace) -> None:
     api = await kube.api_client(args.kubeconfig)
     async with api:
@@ -133,21 +118,28 @@ async def serve(args: argparse.Namespace) -> None:
             api, args.namespace, args.service, args.extra_san, args.tls_secret, args.self_signed
         )
         cert, key = (tls.cert, tls.key) if tls else (args.tls_cert, args.tls_key)
-        keeper = None
-        if args.patch_ca_bundle and tls is not None:
-            keeper = asyncio.create_task(
-                keep_ca_bundle(api, args.patch_ca_bundle, tls.ca_pem, args.ca_bundle_recheck)
-            )
         app = create_app(
             snapshot_lookup(kube.pod_snapshots(api), args.lookup_timeout),
             args.runtime_class,
             pin_to_source=args.pin_to_source_node,
         )
-        try:
-            await certs.serve_tls(app, args.host, args.port, cert, key, args.log_level)
-        finally:
-            if keeper is not None:
-                keeper.cancel()
+
+        async def follow() -> bool:
+            """The Secret read again (a renewal another replica made is served here too),
+            then the caBundle set to the CAs it holds: every replica writes the same."""
+            changed = isinstance(tls, certs.FollowedCert) and await tls.refresh()
+            if args.patch_ca_bundle:
+                try:  # a configuration not there yet (helm applies it beside this
+                    # Deployment, in no set order), or an API server away: next time
+                    await patch_ca_bundle(api, args.patch_ca_bundle, tls.ca_pem)
+                except Exception as e:
+                    why = str(e).splitlines()[0]
+                    log.warning("cannot check the caBundle of %s: %s", args.patch_ca_bundle, why)
+            return changed
+
+        await certs.serve_tls(app, args.host, args.port, cert, key, args.log_level,
+                              follow if tls is not None else None,
+                              args.ca_bundle_recheck)  # fmt: skip
 
 
 def made(args: argparse.Namespace) -> bool:
