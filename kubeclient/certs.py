@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import logging
+import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,10 +84,16 @@ class FollowedCert:
     cert = property(lambda self: self.files.cert)
     key = property(lambda self: self.files.key)
     #: the CAs clients are to trust: the Secret's, and the one it replaced (``ca_bundle``)
-    ca_pem = property(lambda self: self.files.ca_pem)
+    ca_pem = property(lambda self: ca_bundle(self.data))
+
+    def forget(self) -> None:
+        """The files gone once the server has loaded them: the private key is not left on
+        disk (uvicorn ends a SIGTERM by raising it again, so no exit handler would run)."""
+        shutil.rmtree(self.files.ca.parent, ignore_errors=True)
 
     async def refresh(self) -> bool:
-        """The Secret read again; True when its certificate changed (the files too)."""
+        """The Secret read again; True when its certificate changed (then its files are
+        written again, for the server to load and ``forget``)."""
         data = await _current(self.api, self.namespace, self.secret, self.names)
         if data == self.data:
             return False
@@ -141,6 +148,7 @@ async def made_for(
 
 
 def _write(directory: Path, data: dict[str, bytes]) -> None:
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     atomic_write(directory / "tls.key", data["tls.key"], mode=0o600)
     atomic_write(directory / "tls.crt", data["tls.crt"])
     atomic_write(directory / "ca.crt", ca_bundle(data))
@@ -276,11 +284,13 @@ async def serve_tls(
     log_level: str,
     follow: Callable[[], Awaitable[bool]] | None = None,
     every_s: float = FOLLOW_S,
+    loaded: Callable[[], None] | None = None,
 ) -> None:
     """Serve an ASGI app (the webhook's, the signer's) over TLS until stopped. ``follow``,
     when given, runs now and every ``every_s``: it reads the certificate's Secret again and
     publishes the CAs; when it says the certificate changed, new connections are served
-    with the new files (the listening socket's context reloaded; no restart, no race)."""
+    with the new files (the listening socket's context reloaded; no restart, no race).
+    ``loaded`` runs each time the files were read (FollowedCert.forget)."""
     import asyncio
 
     import uvicorn
@@ -294,8 +304,13 @@ async def serve_tls(
         log_level=log_level,
         access_log=False,
     )
+    config.load()  # the files read now, before they are forgotten
+    if loaded is not None:
+        loaded()
     server = uvicorn.Server(config)
-    task = asyncio.create_task(_follow(config, cert, key, follow, every_s)) if follow else None
+    task = None
+    if follow is not None:
+        task = asyncio.create_task(_follow(config, cert, key, follow, every_s, loaded))
     try:
         await server.serve()
     finally:
@@ -303,13 +318,15 @@ async def serve_tls(
             task.cancel()
 
 
-async def _follow(config, cert: Path, key: Path, follow, every_s: float) -> None:
+async def _follow(config, cert: Path, key: Path, follow, every_s: float, loaded) -> None:
     import asyncio
 
     while True:
         try:
             if await follow() and config.ssl is not None:
                 config.ssl.load_cert_chain(str(cert), str(key))
+                if loaded is not None:
+                    loaded()
         except Exception as e:  # the API server away: serve what we have, ask again
             log.warning("cannot follow the serving certificate: %s", str(e).splitlines()[0])
         await asyncio.sleep(every_s)

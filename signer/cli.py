@@ -119,32 +119,40 @@ async def load_key(api, args: argparse.Namespace) -> tuple[Ed25519PrivateKey, by
 
 
 async def serving_cert(api, args: argparse.Namespace):
-    """The certificate and key files to serve with, and how to follow them: the Secret
-    read again and the CAs published to the agents (their ConfigMap holds the current CA
-    and the one it replaced, so an agent trusts a replica that has not followed yet)."""
+    """The certificate and key files to serve with, how to follow them (the Secret
+    read again and the CAs published to the agents: their ConfigMap holds the current CA
+    and the one it replaced, so an agent trusts a replica that has not followed yet), and
+    what forgets the files once loaded."""
     tls = await certs.made_for(
         api, args.namespace, args.service, args.extra_san, args.tls_secret, args.self_signed
     )
     if tls is None:
-        return args.tls_cert, args.tls_key, None
+        return args.tls_cert, args.tls_key, None, None
 
-    async def follow() -> bool:
-        changed = isinstance(tls, certs.FollowedCert) and await tls.refresh()
+    async def publish() -> None:
         if args.ca_configmap:
             await owned.publish_configmap(
                 api, args.namespace, args.ca_configmap, {"ca.crt": tls.ca_pem.decode()}
             )
+
+    async def follow() -> bool:
+        changed = isinstance(tls, certs.FollowedCert) and await tls.refresh()
+        try:  # a certificate that changed is served whatever happens here
+            await publish()
+        except Exception as e:
+            log.warning("cannot publish the CA in %s: %s", args.ca_configmap, e)
         return changed
 
-    await follow()  # the agents' CA before the first request can come
-    return tls.cert, tls.key, follow
+    await publish()  # the agents' CA before the first request can come
+    forget = tls.forget if isinstance(tls, certs.FollowedCert) else None
+    return tls.cert, tls.key, follow, forget
 
 
 async def serve(args: argparse.Namespace) -> None:
     api = await kube.api_client(args.kubeconfig)
     async with api:
         key, retired = await load_key(api, args)
-        cert, tls_key, follow = await serving_cert(api, args)
+        cert, tls_key, follow, forget = await serving_cert(api, args)
         snapshots = kube.pod_snapshots(api)
         agent = f"system:serviceaccount:{args.agent_service_account}"
         app = create_app(
@@ -157,7 +165,8 @@ async def serve(args: argparse.Namespace) -> None:
             retired,
         )
         log.info("signing for %s (audience %s)", args.agent_service_account, args.audience)
-        await certs.serve_tls(app, args.host, args.port, cert, tls_key, args.log_level, follow)
+        await certs.serve_tls(app, args.host, args.port, cert, tls_key, args.log_level, follow,
+                              loaded=forget)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -137,9 +137,10 @@ async def serve(args: argparse.Namespace) -> None:
                     log.warning("cannot check the caBundle of %s: %s", args.patch_ca_bundle, why)
             return changed
 
+        forget = tls.forget if isinstance(tls, certs.FollowedCert) else None
         await certs.serve_tls(app, args.host, args.port, cert, key, args.log_level,
                               follow if tls is not None else None,
-                              args.ca_bundle_recheck)  # fmt: skip
+                              args.ca_bundle_recheck, forget)  # fmt: skip
 
 
 def made(args: argparse.Namespace) -> bool:

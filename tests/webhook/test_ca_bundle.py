@@ -7,6 +7,8 @@ own process, called by a real kube-apiserver over that TLS."""
 from __future__ import annotations
 
 import base64
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -67,10 +69,17 @@ def test_the_ca_bundle_is_written_and_kept(control_plane, tmp_path):
                 assert r.status_code == 200, r.text
                 wait_until(lambda: bundle(admin) == ca, what="the caBundle written again")
             # another replica, or the next pod: the same CA, from the Secret
+            before = set(Path(tempfile.gettempdir()).glob("snapshot-tls-*/tls.key"))
             with webhook_process(tmp_path, control_plane.kubeconfig, *args, own_ca=True):
                 r = admin.get(f"/api/v1/namespaces/{NS}/secrets/{SECRET}")
                 assert r.json()["data"]["ca.crt"] == ca
                 assert bundle(admin) == ca
+                # isolation round 4 (read): its private key is not left on disk, neither
+                # while it serves (the server holds it once loaded) nor after it
+                left = set(Path(tempfile.gettempdir()).glob("snapshot-tls-*/tls.key"))
+                assert left - before == set(), "the TLS key left on disk"
+            left = set(Path(tempfile.gettempdir()).glob("snapshot-tls-*/tls.key"))
+            assert left - before == set(), "the TLS key left behind"
         finally:
             admin.delete(f"{MWC}/{NAME}")
             admin.delete(f"/api/v1/namespaces/{NS}")
