@@ -81,10 +81,12 @@ def pytest_configure(config):
     # CI installs every dependency; there a missing one is a broken setup, not a skip.
     if not os.environ.get("SNAPSHOT_STRICT_DEPS"):
         return
-    from devnode import apiserver, chart, cluster, docker, kind_node, project_image
+    from devnode import apiserver, chart, cluster, docker, kind_node, project_image, userlands
 
     for what, problem in (
         ("CRIU", CRIU_PROBLEM),
+        ("containerd (1.7, runc, the shim)", CONTAINERD_PROBLEM),
+        ("host userland", userlands.missing()),
         ("kind (Docker)", docker.missing()),
         ("kind (node image)", kind_node.missing()),
         ("control-plane", apiserver.missing()),
