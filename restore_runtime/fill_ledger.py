@@ -73,10 +73,6 @@ def fs_type(file: Path | int) -> int:
     return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
 
 
-def _stat(file: Path | int) -> os.stat_result:
-    return os.fstat(file) if isinstance(file, int) else os.stat(file)
-
-
 def _root_only(st: os.stat_result) -> bool:
     return st.st_uid == 0 and not st.st_mode & 0o022
 
@@ -110,23 +106,24 @@ class Claim:
 
 
 class Ledger:
-    def __init__(self, path: Path, identity: Identity, memory_file: Path | int) -> None:
-        self.path, self.identity, self.memory_file = path, identity, memory_file
+    def __init__(self, path: Path, identity: Identity, memory_fd: int) -> None:
+        self.path, self.identity, self.memory_fd = path, identity, memory_fd
         self._slot_fd: int | None = None  # this fill's counted slot in FILLS (enter)
 
     @classmethod
-    def open(
-        cls, root: Path, memory_file: Path | int, algorithm: str, digests: list[str]
-    ) -> Ledger | None:
-        """The ledger of ``memory_file`` (checked against ``digests``) under ``root``, or None
-        where marks cannot be trusted: the file on a shared file system, changed within
-        ``SETTLE_S``, or ``root`` not a root-only directory. Makes ``root`` (0700) if missing.
-        A restore passes the descriptor its fill reads through (memfill.fill): the identity
-        is then that of the bytes filled in, whatever the path names meanwhile (a parent
-        directory swapped between the check and the reads changed no change time)."""
+    def open(cls, root: Path, memory_fd: int, algorithm: str, digests: list[str]) -> Ledger | None:
+        """The ledger of the memory file open at ``memory_fd`` (checked against ``digests``)
+        under ``root``, or None where marks cannot be trusted: the file on a shared file
+        system, changed within ``SETTLE_S``, or ``root`` not a root-only directory. Makes
+        ``root`` (0700) if missing. A descriptor, never a path: the one the fill reads
+        through (memfill.fill), so the identity is that of the bytes filled in, whatever a
+        path names meanwhile (a parent directory swapped between the check and the reads
+        changed no change time)."""
+        if not isinstance(memory_fd, int):
+            raise TypeError("the ledger takes the descriptor the restore opened, not a path")
         try:
-            st = _stat(memory_file)
-            if fs_type(memory_file) not in LOCAL_FS:
+            st = os.fstat(memory_fd)
+            if fs_type(memory_fd) not in LOCAL_FS:
                 log.info("memory file on a shared file system: every chunk is hashed")
                 return None
             root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -143,7 +140,7 @@ class Ledger:
         key = blake3(struct.pack("<4Q", ident.dev, ident.ino, ident.size, ident.ctime_ns))
         key.update(algorithm.encode() + b"\0" + "\0".join(digests).encode())
         _prune(root, keep={FILLS})
-        return cls(root / key.hexdigest(), ident, memory_file)
+        return cls(root / key.hexdigest(), ident, memory_fd)
 
     # -- the node's fills under way: one locked byte each in the directory's FILLS file ----
     def enter(self) -> None:
@@ -203,7 +200,7 @@ class Ledger:
         """Whether the memory file is still the version the marks were made for (asked after
         the fill: a write during it changes the change time)."""
         try:
-            return Identity.of(_stat(self.memory_file)) == self.identity
+            return Identity.of(os.fstat(self.memory_fd)) == self.identity
         except OSError:
             return False
 

@@ -29,7 +29,6 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 from api.manifest import FileDigest
 from api.memory import MEMORY_PAGES, MemoryRange
@@ -222,7 +221,7 @@ def _drain(
 
 
 def fill(
-    memory: Path | int,
+    memory_fd: int,
     chunk_size: int,
     digests: list[str],
     algorithm: FileDigest,
@@ -234,15 +233,11 @@ def fill(
     """Write the memory file's bytes into the stopped tree (``host_pid``: the images' PIDs to
     the host's), checking chunk ``i`` against ``digests[i]`` unless ``ledger`` says this node
     already did. Raises VerificationError on a mismatch, SnapshotError on a failed write.
-    ``memory``: the descriptor the ledger was opened on (a restore's: every chunk is read
-    through it, whatever its path names meanwhile), or a path, opened once here."""
-    if isinstance(memory, int):
-        return _fill(memory, chunk_size, digests, algorithm, ranges, host_pid, workers, ledger)
-    fd = os.open(memory, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    try:
-        return _fill(fd, chunk_size, digests, algorithm, ranges, host_pid, workers, ledger)
-    finally:
-        os.close(fd)
+    ``memory_fd``: the descriptor the restore opened the memory file on, the one the ledger
+    was opened on; never a path, which could name other bytes by the time it is read."""
+    if not isinstance(memory_fd, int):
+        raise TypeError("the fill takes the descriptor the restore opened, not a path")
+    return _fill(memory_fd, chunk_size, digests, algorithm, ranges, host_pid, workers, ledger)
 
 
 def _fill(

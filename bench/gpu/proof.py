@@ -109,20 +109,24 @@ def raw_fill(art: Path, pid: int) -> int:
         return 0
     index = MemoryIndex.from_json((art / MEMORY_INDEX).read_bytes())
     ledger_dir = NodeConfig().fill_ledger_dir  # the shim's, so both find the same marks
-    ledger = (
-        Ledger.open(ledger_dir, art / MEMORY_PAGES, manifest.file_digest, entry.digests)
-        if ledger_dir is not None
-        else None
-    )
-    return memfill.fill(
-        art / MEMORY_PAGES,
-        manifest.chunk_size,
-        entry.digests,
-        manifest.file_digest,
-        index.ranges,
-        procs.host_pids_by_ns_pid(pid),
-        ledger=ledger,
-    ).bytes
+    fd = os.open(art / MEMORY_PAGES, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:  # one descriptor for the ledger and the fill, as the engine's restore has
+        ledger = (
+            Ledger.open(ledger_dir, fd, manifest.file_digest, entry.digests)
+            if ledger_dir is not None
+            else None
+        )
+        return memfill.fill(
+            fd,
+            manifest.chunk_size,
+            entry.digests,
+            manifest.file_digest,
+            index.ranges,
+            procs.host_pids_by_ns_pid(pid),
+            ledger=ledger,
+        ).bytes
+    finally:
+        os.close(fd)
 
 
 def raw_restore(art: Path, ctl: Path, work: Path, port: int, expect: str) -> dict:

@@ -31,3 +31,21 @@ def target():
     yield pid, addr
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
+
+
+_OPENED: list[int] = []
+
+
+def opened(path) -> int:
+    """``path`` opened as a restore opens its memory file (read-only, no link followed),
+    closed when the test ends: the ledger and the fill take a descriptor, never a path."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    _OPENED.append(fd)
+    return fd
+
+
+@pytest.fixture(autouse=True)
+def _close_opened():
+    yield
+    while _OPENED:
+        os.close(_OPENED.pop())

@@ -18,6 +18,7 @@ from restore_runtime import fill_ledger, memfill
 from restore_runtime.errors import VerificationError
 from restore_runtime.fill_ledger import Ledger
 
+from .conftest import opened
 from .test_memfill import CHUNK, DATA, MIB, _digests, _pages_file, _read
 
 SETTLE = 0.05
@@ -37,10 +38,9 @@ def _setup(tmp_path: Path, pid: int, addr: int):
 
 
 def _fill(path, digests, ranges, pid, root: Path, ledger: Ledger | None = None):
-    ledger = ledger or Ledger.open(root, path, FILE_DIGEST, digests)
-    return memfill.fill(
-        path, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2, ledger=ledger
-    )
+    fd = opened(path)  # one descriptor for the ledger and the fill, as a restore has
+    ledger = ledger or Ledger.open(root, fd, FILE_DIGEST, digests)
+    return memfill.fill(fd, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2, ledger=ledger)
 
 
 def _tamper(path: Path, at: int, content: bytes) -> None:
@@ -78,7 +78,7 @@ def test_a_file_changed_while_it_is_filled_in_is_refused(tmp_path, target):
     pid, addr = target
     path, content, digests, ranges = _setup(tmp_path, pid, addr)
     _fill(path, digests, ranges, pid, tmp_path / "ledger")
-    ledger = Ledger.open(tmp_path / "ledger", path, FILE_DIGEST, digests)
+    ledger = Ledger.open(tmp_path / "ledger", opened(path), FILE_DIGEST, digests)
     assert ledger is not None
     _tamper(path, CHUNK + 2 * MIB + 5, content)
     with pytest.raises(VerificationError, match="changed while it was filled in"):
@@ -89,7 +89,7 @@ def test_a_file_written_just_now_gets_no_ledger(tmp_path, target):
     pid, addr = target
     path, content, digests, _ = _setup(tmp_path, pid, addr)
     _tamper(path, 0, content)
-    assert Ledger.open(tmp_path / "ledger", path, FILE_DIGEST, digests) is None
+    assert Ledger.open(tmp_path / "ledger", opened(path), FILE_DIGEST, digests) is None
 
 
 def test_a_ledger_directory_others_can_write_is_not_used(tmp_path, target):
@@ -98,7 +98,7 @@ def test_a_ledger_directory_others_can_write_is_not_used(tmp_path, target):
     root = tmp_path / "ledger"
     _fill(path, digests, ranges, pid, root)
     root.chmod(0o777)
-    assert Ledger.open(root, path, FILE_DIGEST, digests) is None
+    assert Ledger.open(root, opened(path), FILE_DIGEST, digests) is None
     assert _fill(path, digests, ranges, pid, root).hashed == 3
 
 
@@ -108,13 +108,13 @@ def test_a_ledger_path_that_is_a_link_is_not_used(tmp_path, target):
     real = tmp_path / "real"
     real.mkdir(mode=0o700)
     (tmp_path / "ledger").symlink_to(real)
-    assert Ledger.open(tmp_path / "ledger", path, FILE_DIGEST, digests) is None
+    assert Ledger.open(tmp_path / "ledger", opened(path), FILE_DIGEST, digests) is None
 
 
 def test_a_file_on_another_file_system_than_a_local_one_gets_no_ledger(tmp_path):
     """procfs stands in for a shared file system (NFS, Lustre): its type is not a local
     store's, so every chunk of it would be hashed."""
-    assert Ledger.open(tmp_path / "ledger", Path("/proc/self/status"), FILE_DIGEST, ["x"]) is None
+    assert Ledger.open(tmp_path / "ledger", opened("/proc/self/status"), FILE_DIGEST, ["x"]) is None
     assert fill_ledger.fs_type(tmp_path) in fill_ledger.LOCAL_FS
 
 
@@ -122,7 +122,7 @@ def test_a_chunk_another_restore_holds_is_hashed_here_after_a_bounded_wait(tmp_p
     pid, addr = target
     path, content, digests, ranges = _setup(tmp_path, pid, addr)
     root = tmp_path / "ledger"
-    held = Ledger.open(root, path, FILE_DIGEST, digests)
+    held = Ledger.open(root, opened(path), FILE_DIGEST, digests)
     assert held is not None
     claim = held.claim(0)  # as another restore's thread would, mid-hash
     assert claim is not None and not claim.verified
@@ -161,21 +161,21 @@ def test_fills_at_once_on_a_node_share_its_threads(tmp_path, target):
     pid, addr = target
     path, content, digests, ranges = _setup(tmp_path, pid, addr)
     root = tmp_path / "ledger"
-    others = [Ledger.open(root, path, FILE_DIGEST, digests) for _ in range(3)]
+    others = [Ledger.open(root, opened(path), FILE_DIGEST, digests) for _ in range(3)]
     for o in others:
         assert o is not None
         o.enter()
     try:
         assert others[0].fills() == 3
         crowded = memfill.fill(
-            path,
+            opened(path),
             CHUNK,
             digests,
             FILE_DIGEST,
             ranges,
             {7: pid},
             workers=4,
-            ledger=Ledger.open(root, path, FILE_DIGEST, digests),
+            ledger=Ledger.open(root, opened(path), FILE_DIGEST, digests),
         )
     finally:
         for o in others:
@@ -222,3 +222,14 @@ def test_a_parent_directory_swapped_during_the_fill_puts_no_other_bytes_in(tmp_p
         os.close(fd)
     assert result.trusted == 3, "the marks were used"
     assert _read(pid, addr, len(content)) == content, "only the verified bytes went in"
+
+
+def test_the_ledger_and_the_fill_take_a_descriptor_never_a_path(tmp_path, target):
+    """Isolation round 4 (read): a path would be opened again, and could name other bytes
+    by then (round 3's attack 3); no caller passed one, but the form is gone."""
+    pid, addr = target
+    path, _, digests, ranges = _setup(tmp_path, pid, addr)
+    with pytest.raises(TypeError, match="not a path"):
+        Ledger.open(tmp_path / "ledger", path, FILE_DIGEST, digests)
+    with pytest.raises(TypeError, match="not a path"):
+        memfill.fill(path, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2)

@@ -16,7 +16,7 @@ from restore_runtime import memfill
 from restore_runtime.artifact.hashing import new_hash
 from restore_runtime.errors import VerificationError
 
-from .conftest import CHUNK
+from .conftest import CHUNK, opened
 
 MIB = 1 << 20
 
@@ -60,7 +60,9 @@ def test_the_index_ranges_land_bitwise_and_its_gaps_stay_untouched(tmp_path, tar
     path, content = _pages_file(tmp_path, DATA)
     # the index names the data blocks only; the holes between them are gaps
     ranges = [MemoryRange(pid=7, vaddr=addr + off, length=MIB, offset=off) for off in DATA]
-    n = memfill.fill(path, CHUNK, _digests(content), FILE_DIGEST, ranges, {7: pid}, workers=2)
+    n = memfill.fill(
+        opened(path), CHUNK, _digests(content), FILE_DIGEST, ranges, {7: pid}, workers=2
+    )
     assert n.bytes == len(content)
     assert _read(pid, addr, len(content)) == content
 
@@ -75,7 +77,7 @@ def test_a_changed_byte_in_a_range_fails_its_chunk(tmp_path, target):
         f.write(bytes([content[at] ^ 0xFF]))
     ranges = [MemoryRange(pid=7, vaddr=addr + off, length=MIB, offset=off) for off in DATA]
     with pytest.raises(VerificationError, match=r"mismatch in chunk\(s\) \[1\]"):
-        memfill.fill(path, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2)
+        memfill.fill(opened(path), CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2)
 
 
 def test_a_file_cut_short_fails_its_last_chunk(tmp_path, target):
@@ -86,7 +88,7 @@ def test_a_file_cut_short_fails_its_last_chunk(tmp_path, target):
     os.truncate(path, 2 * CHUNK + MIB // 2)  # the last block of data loses its second half
     ranges = [MemoryRange(pid=7, vaddr=addr + off, length=MIB, offset=off) for off in DATA]
     with pytest.raises(VerificationError, match=r"mismatch in chunk\(s\) \[2\]"):
-        memfill.fill(path, CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2)
+        memfill.fill(opened(path), CHUNK, digests, FILE_DIGEST, ranges, {7: pid}, workers=2)
 
 
 def test_gaps_are_hashed_as_zeros_and_never_read_into_the_page_cache(target):
@@ -101,7 +103,9 @@ def test_gaps_are_hashed_as_zeros_and_never_read_into_the_page_cache(target):
         path, content = _pages_file(shm, DATA)
         before = os.stat(path).st_blocks
         ranges = [MemoryRange(pid=7, vaddr=addr + off, length=MIB, offset=off) for off in DATA]
-        memfill.fill(path, CHUNK, _digests(content), FILE_DIGEST, ranges, {7: pid}, workers=2)
+        memfill.fill(
+            opened(path), CHUNK, _digests(content), FILE_DIGEST, ranges, {7: pid}, workers=2
+        )
         assert os.stat(path).st_blocks == before, "the fill allocated the file's holes"
     finally:
         shutil.rmtree(shm)
