@@ -1,8 +1,9 @@
 """Leader election through a Lease (kubeclient/leader.py), two candidates against the real
 kube-apiserver, as two controller replicas would run.
 
-Cases: exactly one leads; when the leader dies without a word, the other takes over within
-the lease duration (and never while the first still leads); when the leader stops
+Cases: exactly one leads; when the leader dies without a word, the other takes over once
+its Lease has expired (never while the first still leads: not before half a lease; and, with
+a 2-core machine's slack, within ten lease durations); when the leader stops
 gracefully, it hands the Lease back and the other takes over at once; when the API server
 stalls under the leader, it stops its work before its Lease can expire; when it resets its
 connections, the leader steps down and campaigns again."""
