@@ -49,3 +49,19 @@ def _close_opened():
     yield
     while _OPENED:
         os.close(_OPENED.pop())
+
+
+@pytest.fixture
+def artifact(tmp_path, cleanup_pids):
+    """(artifact, port): the test counter asked three times, then checkpointed with real
+    CRIU (its source killed after the test)."""
+    from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
+    from tests.helpers import ask, start_counter
+
+    pid, port = start_counter(tmp_path)
+    cleanup_pids.append(pid)
+    for _ in range(3):
+        ask("127.0.0.1", port)
+    art = tmp_path / "art"
+    checkpoint(CheckpointRequest(output=art, pid=pid))
+    return art, port

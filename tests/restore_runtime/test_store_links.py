@@ -17,24 +17,12 @@ import os
 import pytest
 
 from restore_runtime.executor import workdir
-from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
 from restore_runtime.executor.restore import Restore, RestoreRequest, restore
 from tests.conftest import requires_criu
-from tests.helpers import ask, start_counter
+from tests.helpers import ask
 
 pytestmark = [requires_criu, pytest.mark.root]
 VICTIM = b"a host file the store must never reach\n"
-
-
-@pytest.fixture
-def artifact(tmp_path, cleanup_pids):
-    pid, port = start_counter(tmp_path)
-    cleanup_pids.append(pid)
-    for _ in range(3):
-        ask("127.0.0.1", port)
-    art = tmp_path / "art"
-    checkpoint(CheckpointRequest(output=art, pid=pid))
-    return art, port
 
 
 def plant_after_the_checks(monkeypatch, art, victims) -> None:

@@ -21,11 +21,10 @@ from restore_runtime.artifact.rootfs_pack import pack_upper
 from restore_runtime.artifact.verify import load_manifest
 from restore_runtime.errors import VerificationError
 from restore_runtime.executor import restore as restore_mod
-from restore_runtime.executor.checkpoint import CheckpointRequest, checkpoint
 from restore_runtime.executor.restore import RestoreRequest, restore
 from restore_runtime.executor.tree_access import CriuRestorer
 from tests.conftest import requires_criu
-from tests.helpers import ask, start_counter, up_to_the_tree
+from tests.helpers import ask, up_to_the_tree
 
 pytestmark = [requires_criu, pytest.mark.root]
 
@@ -35,17 +34,6 @@ def swap(path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".swap")
     tmp.write_bytes(data)
     os.replace(tmp, path)
-
-
-@pytest.fixture
-def artifact(tmp_path, cleanup_pids):
-    pid, port = start_counter(tmp_path)
-    cleanup_pids.append(pid)
-    for _ in range(3):
-        ask("127.0.0.1", port)
-    art = tmp_path / "art"
-    checkpoint(CheckpointRequest(output=art, pid=pid))
-    return art, port
 
 
 def test_images_swapped_after_the_check_are_not_what_criu_reads(artifact, cleanup_pids):
