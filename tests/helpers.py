@@ -208,3 +208,15 @@ def one_replica_named(name: str, **edits) -> dict:
         "spec.template.metadata.labels.app": name,
         **edits,
     }
+
+
+def client_as(control_plane, admin, namespace: str, account: str):
+    """A client of ``control_plane`` authenticated as service account ``namespace/account``
+    (a token the admin asks for, ten minutes long, bound to no pod)."""
+    r = admin.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+                   json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                         "spec": {"expirationSeconds": 600}})  # fmt: skip
+    assert r.status_code == 201, r.text
+    client = control_plane.client()
+    client.headers["Authorization"] = f"Bearer {r.json()['status']['token']}"
+    return client

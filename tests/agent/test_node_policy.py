@@ -15,6 +15,7 @@ import pytest
 
 from devnode import chart, wait_until
 from tests.controller.objects import bound_pod
+from tests.helpers import client_as
 
 pytestmark = [
     pytest.mark.slow,
@@ -229,12 +230,7 @@ def controller_client(control_plane, agent_client):
     controller RBAC and its controller-writes policy."""
     admin = agent_client[0]
     created = _install(admin, "snap-snapshot-controller-writes", CONTROLLER)
-    r = admin.post(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{CONTROLLER}/token",
-                   json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                         "spec": {"expirationSeconds": 600}})  # fmt: skip
-    assert r.status_code == 201, r.text
-    controller = control_plane.client()
-    controller.headers["Authorization"] = f"Bearer {r.json()['status']['token']}"
+    controller = client_as(control_plane, admin, SYSTEM, CONTROLLER)
     _handed_to_node_a(admin, "handed", {})
 
     def enforced() -> bool:  # a dry run: a probe let through before the policy changes nothing

@@ -19,6 +19,7 @@ import copy
 import pytest
 
 from devnode import chart, wait_until
+from tests.helpers import client_as
 
 pytestmark = [
     pytest.mark.slow,
@@ -32,16 +33,6 @@ MERGE = {"Content-Type": "application/merge-patch+json"}
 WEBHOOK, HOOK = "snap-snapshot-webhook", "snap-snapshot-unlabel-nodes"
 CONFIG = f"{ADMISSION}/mutatingwebhookconfigurations/{WEBHOOK}"
 READY = "snapshot.nvidia.com/ready"
-
-
-def _client_as(control_plane, admin, account: str):
-    r = admin.post(f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{account}/token",
-                   json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                         "spec": {"expirationSeconds": 600}})  # fmt: skip
-    assert r.status_code == 201, r.text
-    client = control_plane.client()
-    client.headers["Authorization"] = f"Bearer {r.json()['status']['token']}"
-    return client
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +69,7 @@ def clients(control_plane):
             assert r.status_code in (201, 409), r.text
         for node in ("node-x", "node-y"):
             admin.post("/api/v1/nodes", json={"metadata": {"name": node}})
-        webhook, hook = (_client_as(control_plane, admin, a) for a in (WEBHOOK, HOOK))
+        webhook, hook = (client_as(control_plane, admin, SYSTEM, a) for a in (WEBHOOK, HOOK))
         # the policies take a moment to be enforced after their creation
         wait_until(lambda: add_secrets_rule(webhook).status_code == 403,
                    what="the webhook-writes policy", poll=0.5)  # fmt: skip
