@@ -135,65 +135,78 @@ async def test_an_agent_killed_mid_checkpoint_recovers_when_it_starts_again(
     before = int(ask(ip, PORT, timeout=30)["count"])
     control = decisions.control_dir(kubelet.root, pod["metadata"]["uid"])
     snap_url = snaps(kubelet.ns)
-    await hand_over(control_plane, api, kubelet.ns, f"cut-{sfx}", f"src-{sfx}")
-    assert conditions(api.get(f"{snap_url}/cut-{sfx}").json())["Ready"][1] == "CheckpointPending"
-
     pid = RuncContainer(DEFAULT_RUNC_ROOT, ctr, containerd.runc).state()["pid"]
     freezer = freezer_file(pid)
     store, logs = containerd.store, tmp_path / "agent.log"
     port = _free_port()
+    # the dump's fault must land while CRIU holds the container frozen (the recovery under
+    # test is the thaw); on a loaded machine CRIU may thaw first: then the attempt is
+    # recovered as a quiesced one and the fault injected again, three tries as its twin
+    tries = 3 if moment == "dump" else 1
     with open(logs, "ab") as log:
-        first = _start_agent(control_plane, containerd, kubelet.root, port, log)
-        try:
-            if moment == "quiesce":
-                wait_until(
-                    lambda: (control / CHECKPOINT_REQUESTED).exists(),
-                    [first],
-                    "the checkpoint request",
-                    logs,
-                    timeout=120,
-                    poll=0.01,
+        for attempt in range(tries):
+            name = f"cut-{sfx}-{attempt}"
+            await hand_over(control_plane, api, kubelet.ns, name, f"src-{sfx}")
+            ready = conditions(api.get(f"{snap_url}/{name}").json())["Ready"]
+            assert ready[1] == "CheckpointPending"
+            first = _start_agent(control_plane, containerd, kubelet.root, port, log)
+            try:
+                if moment == "quiesce":
+                    wait_until(
+                        lambda: (control / CHECKPOINT_REQUESTED).exists(),
+                        [first],
+                        "the checkpoint request",
+                        logs,
+                        timeout=120,
+                        poll=0.01,
+                    )
+                elif moment == "dump":
+                    _until_frozen(freezer, first, logs)
+                else:
+                    wait_until(
+                        lambda: any((store / kubelet.ns).glob(".*staging-*/rootfs-diff.tar")),
+                        [first],
+                        "the rootfs diff being packed",
+                        logs,
+                        timeout=120,
+                        poll=0.002,
+                    )
+            finally:
+                os.killpg(first.pid, signal.SIGKILL)
+                first.wait(10)
+            # read from the cgroup itself, right after the kill
+            frozen_at_kill = moment == "dump" and is_frozen(freezer)
+            if moment == "quiesce":  # the workload answers ready now, to nobody
+                (control / "gate").touch()
+
+            second = _start_agent(control_plane, containerd, kubelet.root, port, log)
+            try:
+
+                def failed(name=name) -> bool:
+                    snap = api.get(f"{snap_url}/{name}").json()
+                    return conditions(snap).get("Failed", ("",))[0] == "True"
+
+                wait_until(failed, [second], "the PodSnapshot failed", logs, timeout=90)
+                assert second.poll() is None, logs.read_text()[-3000:]
+                assert _metric(port, "snapshot_agent_recovered_total") == 1.0
+                snap = api.get(f"{snap_url}/{name}").json()
+                message = next(
+                    c["message"] for c in snap["status"]["conditions"] if c["type"] == "Failed"
                 )
-            elif moment == "dump":
-                _until_frozen(freezer, first, logs)
-            else:
-                wait_until(
-                    lambda: any((store / kubelet.ns).glob(".*staging-*/rootfs-diff.tar")),
-                    [first],
-                    "the rootfs diff being packed",
-                    logs,
-                    timeout=120,
-                    poll=0.002,
-                )
-        finally:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait(10)
-        if moment == "quiesce":  # the workload answers ready now, to nobody
-            (control / "gate").touch()
-
-        second = _start_agent(control_plane, containerd, kubelet.root, port, log)
-        try:
-
-            def failed() -> bool:
-                snap = api.get(f"{snap_url}/cut-{sfx}").json()
-                return conditions(snap).get("Failed", ("",))[0] == "True"
-
-            wait_until(failed, [second], "the PodSnapshot failed", logs, timeout=90)
-            assert second.poll() is None, logs.read_text()[-3000:]
-            assert _metric(port, "snapshot_agent_recovered_total") == 1.0
-            snap = api.get(f"{snap_url}/cut-{sfx}").json()
-            message = next(
-                c["message"] for c in snap["status"]["conditions"] if c["type"] == "Failed"
-            )
-            assert "the agent restarted during the checkpoint" in message, message
-            # CRIU holds the freeze only while it seizes the tree: killed then, the cgroup
-            # stays frozen and is thawed; a moment later, the workload is only quiesced
-            gave_back = ("thawed container", "resumed the quiesced")
-            assert any(g in message for g in gave_back[moment != "dump" :]), message
-            assert "artifact" not in snap["status"]
-        finally:
-            os.killpg(second.pid, signal.SIGKILL)
-            second.wait(10)
+                assert "the agent restarted during the checkpoint" in message, message
+                assert "artifact" not in snap["status"]
+                if moment == "dump" and not frozen_at_kill:
+                    continue  # the fault missed its window: recovered, injected again
+                # killed while CRIU held the freeze, the cgroup stayed frozen: thawed;
+                # at the other moments, the workload was only quiesced: resumed
+                gave_back = "thawed container" if moment == "dump" else "resumed the quiesced"
+                assert gave_back in message, message
+                break
+            finally:
+                os.killpg(second.pid, signal.SIGKILL)
+                second.wait(10)
+        else:
+            pytest.fail(f"the kill never landed while CRIU held the container frozen ({tries})")
     assert int(ask(ip, PORT, timeout=30)["count"]) == before + 1, "the source lost its state"
     assert _staging_left(store, kubelet.ns) == []
     assert not list((store / kubelet.ns).glob(f"cut-{sfx}-*")), "no artifact at its name"
