@@ -26,6 +26,7 @@ import logging
 from kubernetes_asyncio import client
 
 from kubeclient.api import emit_event, unless_absent
+from kubeclient.owned import DEADLINE_S
 
 log = logging.getLogger("snapshot.agent")
 READY_LABEL = "snapshot.nvidia.com/ready"
@@ -73,20 +74,27 @@ async def mark_ready(
 
 
 async def keep_marked(
-    api: client.ApiClient, node: str, namespace: str, not_beside: str, every_s: float = 60.0
+    api: client.ApiClient,
+    node: str,
+    namespace: str,
+    not_beside: str,
+    every_s: float = 60.0,
+    deadline_s: float = DEADLINE_S,
 ) -> None:
     """While the agent runs: the label follows the control plane's pods as they come onto
-    or leave the node (checked every ``every_s``); an Event only when the answer changes."""
+    or leave the node (checked every ``every_s``, each check within ``deadline_s``); an
+    Event only when the answer changes."""
     last: list[str] | None = None
     while True:
         await asyncio.sleep(every_s)
         try:
-            now = await beside(api, node, namespace, not_beside)
-            if now != last:
-                await mark_ready(api, node, namespace, not_beside)
+            async with asyncio.timeout(deadline_s):  # a hung API server: ask again later
+                now = await beside(api, node, namespace, not_beside)
+                if now != last:
+                    await mark_ready(api, node, namespace, not_beside)
             last = now
         except Exception as e:  # the API server away: keep the label as it is, ask again
-            log.warning("node %s: cannot check what runs beside the agent: %s", node, e)
+            log.warning("node %s: cannot check what runs beside the agent: %r", node, e)
 
 
 async def unmark_all(api: client.ApiClient) -> list[str]:

@@ -436,3 +436,27 @@ def test_a_node_failing_a_prerequisite_loses_the_label_and_says_why(
     assert any(e["reason"] == "SnapshotNodeNotReady"
                and "the node bundle does not run on this host" in e["message"]
                for e in events), [e["message"] for e in events]  # fmt: skip
+
+
+async def test_the_readiness_recheck_ends_each_check_when_the_api_server_hangs(
+    control_plane, tmp_path, caplog
+):
+    """keep_marked against an API server that accepts and never answers: each check ends at
+    its deadline and the loop asks again, the label left as it is."""
+    import logging
+
+    from agent import node_ready
+    from kubeclient import api as kube
+    from tests.helpers import hung_api_server
+
+    with hung_api_server(control_plane.kubeconfig, tmp_path / "kubeconfig") as kubeconfig:
+        async with await kube.api_client(str(kubeconfig)) as api:
+            with caplog.at_level(logging.WARNING, logger="snapshot.agent"):
+                task = asyncio.create_task(node_ready.keep_marked(
+                    api, "node-a", SYSTEM, "a=b", every_s=0.05, deadline_s=0.3))  # fmt: skip
+                await asyncio.sleep(2.0)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+    checks = [r for r in caplog.records if "cannot check what runs beside" in r.message]
+    assert len(checks) >= 2, "a check never ended: the loop hangs with the API server"
