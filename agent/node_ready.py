@@ -60,9 +60,14 @@ async def mark_ready(
     run on the node; then remove it, and the node gets an Event that names them. Returns
     those pods."""
     blockers = await beside(api, node, namespace, not_beside) if not_beside else []
+    await _label_for(api, node, blockers)
+    return blockers
+
+
+async def _label_for(api: client.ApiClient, node: str, blockers: list[str]) -> None:
     await mark(api, node, not blockers)
     if not blockers:
-        return []
+        return
     why = (
         f"not ready for restore pods: {', '.join(blockers)} run on this node, and restore "
         "pods run tenants' code (agent.readyBesideControlPlane=true allows it)"
@@ -70,7 +75,6 @@ async def mark_ready(
     log.warning("node %s %s", node, why)
     obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}
     await emit_event(api, obj, "Warning", "SnapshotNodeNotReady", why, "snapshot-agent")
-    return blockers
 
 
 async def keep_marked(
@@ -91,7 +95,7 @@ async def keep_marked(
             async with asyncio.timeout(deadline_s):  # a hung API server: ask again later
                 now = await beside(api, node, namespace, not_beside)
                 if now != last:
-                    await mark_ready(api, node, namespace, not_beside)
+                    await _label_for(api, node, now)
             last = now
         except Exception as e:  # the API server away: keep the label as it is, ask again
             log.warning("node %s: cannot check what runs beside the agent: %r", node, e)

@@ -30,7 +30,7 @@ def foreign_runtime(host_root: Path) -> str | None:
     """Why the node's container runtime is not one the shim registers with: CRI-O (OpenShift)
     without containerd. Checked before anything is written, so such a node gets no
     ``/etc/containerd`` and no bundle, and the reason names the runtime."""
-    if any((host_root / d / "containerd").is_file() for d in CONTAINERD_DIRS):
+    if containerd_binary(host_root) is not None:
         return None
     if any((host_root / sign).exists() for sign in CRIO_SIGNS):
         return (
@@ -81,15 +81,17 @@ def containerd_version(text: str) -> tuple[int, int] | None:
     return (int(m[1]), int(m[2])) if m else None
 
 
-def containerd(host_root: Path) -> str | None:
-    binary = next(
-        (
-            host_root / d / "containerd"
-            for d in CONTAINERD_DIRS
-            if (host_root / d / "containerd").is_file()
-        ),
+def containerd_binary(host_root: Path) -> Path | None:
+    """containerd's binary under the host's root, where distributions put it."""
+    return next(
+        (host_root / d / "containerd" for d in CONTAINERD_DIRS
+         if (host_root / d / "containerd").is_file()),
         None,
-    )
+    )  # fmt: skip
+
+
+def containerd(host_root: Path) -> str | None:
+    binary = containerd_binary(host_root)
     if binary is None:
         return None
     cmd = [str(binary), "--version"]

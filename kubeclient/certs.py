@@ -282,7 +282,7 @@ async def serve_tls(
     cert: Path,
     key: Path,
     log_level: str,
-    follow: Callable[[], Awaitable[bool]] | None = None,
+    follow: Follow | None = None,
     every_s: float = FOLLOW_S,
     loaded: Callable[[], None] | None = None,
 ) -> None:
@@ -316,6 +316,34 @@ async def serve_tls(
     finally:
         if task is not None:
             task.cancel()
+
+
+Follow = Callable[[], Awaitable[bool]]
+
+
+def following(
+    tls: ServingCert | FollowedCert | None,
+    publish: Callable[[bytes], Awaitable[object]],
+    what: str,
+) -> tuple[Follow | None, Callable[[], None] | None]:
+    """How a server follows ``tls`` (``serve_tls``'s ``follow`` and ``loaded``; None for the
+    admin's own files): its Secret read again, then ``publish`` given the CAs it holds (the
+    webhook's caBundle, the agents' CA ConfigMap; a failure there is logged, and a
+    certificate that changed is served whatever happens to it); its files forgotten once
+    loaded."""
+    if tls is None:
+        return None, None
+    followed = isinstance(tls, FollowedCert)
+
+    async def follow() -> bool:
+        changed = followed and await tls.refresh()
+        try:  # not there yet (helm applies it beside the Deployment) or an API server away
+            await publish(tls.ca_pem)
+        except Exception as e:
+            log.warning("cannot publish the CA in %s: %s", what, str(e).splitlines()[0])
+        return changed
+
+    return follow, tls.forget if followed else None
 
 
 async def _follow(config, cert: Path, key: Path, follow, every_s: float, loaded) -> None:

@@ -129,23 +129,14 @@ async def serving_cert(api, args: argparse.Namespace):
     if tls is None:
         return args.tls_cert, args.tls_key, None, None
 
-    async def publish() -> None:
+    async def publish(ca_pem: bytes) -> None:
         if args.ca_configmap:
             await owned.publish_configmap(
-                api, args.namespace, args.ca_configmap, {"ca.crt": tls.ca_pem.decode()}
+                api, args.namespace, args.ca_configmap, {"ca.crt": ca_pem.decode()}
             )
 
-    async def follow() -> bool:
-        changed = isinstance(tls, certs.FollowedCert) and await tls.refresh()
-        try:  # a certificate that changed is served whatever happens here
-            await publish()
-        except Exception as e:
-            log.warning("cannot publish the CA in %s: %s", args.ca_configmap, e)
-        return changed
-
-    await publish()  # the agents' CA before the first request can come
-    forget = tls.forget if isinstance(tls, certs.FollowedCert) else None
-    return tls.cert, tls.key, follow, forget
+    await publish(tls.ca_pem)  # the agents' CA before the first request can come
+    return (tls.cert, tls.key, *certs.following(tls, publish, f"ConfigMap {args.ca_configmap}"))
 
 
 async def serve(args: argparse.Namespace) -> None:

@@ -124,22 +124,12 @@ async def serve(args: argparse.Namespace) -> None:
             pin_to_source=args.pin_to_source_node,
         )
 
-        async def follow() -> bool:
-            """The Secret read again (a renewal another replica made is served here too),
-            then the caBundle set to the CAs it holds: every replica writes the same."""
-            changed = isinstance(tls, certs.FollowedCert) and await tls.refresh()
+        async def publish(ca_pem: bytes) -> None:  # every replica writes the same CAs
             if args.patch_ca_bundle:
-                try:  # a configuration not there yet (helm applies it beside this
-                    # Deployment, in no set order), or an API server away: next time
-                    await patch_ca_bundle(api, args.patch_ca_bundle, tls.ca_pem)
-                except Exception as e:
-                    why = str(e).splitlines()[0]
-                    log.warning("cannot check the caBundle of %s: %s", args.patch_ca_bundle, why)
-            return changed
+                await patch_ca_bundle(api, args.patch_ca_bundle, ca_pem)
 
-        forget = tls.forget if isinstance(tls, certs.FollowedCert) else None
-        await certs.serve_tls(app, args.host, args.port, cert, key, args.log_level,
-                              follow if tls is not None else None,
+        follow, forget = certs.following(tls, publish, f"the caBundle of {args.patch_ca_bundle}")
+        await certs.serve_tls(app, args.host, args.port, cert, key, args.log_level, follow,
                               args.ca_bundle_recheck, forget)  # fmt: skip
 
 
